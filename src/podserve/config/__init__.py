@@ -1,0 +1,1 @@
+"""Validated configuration: server settings, per-model config and the ModelService spec."""

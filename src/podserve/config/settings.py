@@ -1,0 +1,127 @@
+"""Server settings. Every field is a `podserve serve` flag (`--max-queue`), a `PODSERVE_*`
+environment variable (`PODSERVE_MAX_QUEUE`) and a key of the YAML settings file
+(`max_queue:`), in that order of precedence, over the defaults here.
+
+Only the CLI builds these from the environment; everything below receives them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+DEFAULT_SETTINGS_FILE = Path("/etc/podserve/settings.yaml")
+
+
+class ModelRef(BaseModel):
+    """`NAME=PATH[:runtime]` from `--model`."""
+
+    name: str
+    path: Path
+    runtime: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> ModelRef:
+        name, sep, rest = text.partition("=")
+        if not sep or not name or not rest:
+            raise ValueError(f"--model {text!r} must look like NAME=PATH[:runtime]")
+        path, _, runtime = rest.rpartition(":") if ":" in rest else (rest, "", "")
+        return cls(name=name, path=Path(path), runtime=runtime or None)
+
+
+class ServerSettings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="PODSERVE_", extra="forbid", frozen=True, validate_default=True
+    )
+
+    host: str = Field("127.0.0.1", description="HTTP listen address.")
+    port: int = Field(8000, ge=0, le=65535, description="HTTP port (OIP v2, OpenAI, probes, /metrics); 0 picks a free one.")
+    grpc_port: int = Field(8001, ge=-1, le=65535, description="gRPC port; -1 turns gRPC off, 0 picks a free one.")
+    model_repository: Path | None = Field(
+        None, description="Directory of models, one sub-directory with a model.yaml each."
+    )
+    models: Annotated[list[ModelRef], NoDecode] = Field(
+        default_factory=list,
+        description="Extra models as NAME=PATH[:runtime] (PATH is a model directory or file). "
+        "In the environment: comma-separated.",
+    )
+    max_queue: int = Field(
+        256, ge=1, description="Admitted-but-waiting requests per model before 503."
+    )
+    max_body_bytes: int = Field(
+        64 * 1024 * 1024, ge=1024, description="Largest request body accepted before 413."
+    )
+    ready_high_watermark: float = Field(
+        0.9, gt=0, le=1, description="Readiness fails when a queue is fuller than this fraction of max_queue."
+    )
+    ready_low_watermark: float = Field(
+        0.5, ge=0, lt=1, description="Readiness recovers when every queue is back below this fraction."
+    )
+    drain_timeout_s: float = Field(
+        25.0, ge=0, description="Longest drain after SIGTERM before in-flight requests are cut."
+    )
+    load_stall_timeout_s: float = Field(
+        600.0, gt=0, description="Liveness fails if model loading makes no progress for this long."
+    )
+    default_timeout_s: float | None = Field(
+        None, gt=0, description="Deadline for requests that carry none (none by default)."
+    )
+    cache_dir: Path = Field(Path("/cache"), description="Model cache directory.")
+    log_format: Literal["json", "console"] = Field("json", description="Log line format.")
+    log_level: str = Field("INFO", description="Log level (DEBUG, INFO, WARNING, ERROR).")
+    access_log_sample_rate: float = Field(
+        1.0, ge=0, le=1, description="Fraction of requests that get an access-log line (0 turns them off)."
+    )
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _parse_models(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [v for v in value.split(",") if v.strip()]
+        if isinstance(value, list):
+            return [ModelRef.parse(v) if isinstance(v, str) else v for v in value]
+        return value
+
+    @model_validator(mode="after")
+    def _watermarks_ordered(self) -> ServerSettings:
+        if self.ready_low_watermark >= self.ready_high_watermark:
+            raise ValueError("ready_low_watermark must be below ready_high_watermark")
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        yaml_file = _SETTINGS_FILE.get("path")
+        if yaml_file is not None:
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=yaml_file))
+        return tuple(sources)
+
+    @classmethod
+    def build(cls, flags: dict[str, Any], settings_file: Path | None) -> ServerSettings:
+        """flags > PODSERVE_* env > settings file > defaults."""
+        _SETTINGS_FILE["path"] = settings_file
+        try:
+            return cls(**flags)
+        finally:
+            _SETTINGS_FILE.pop("path", None)
+
+
+# pydantic-settings asks for sources through a classmethod with a fixed signature; the
+# file chosen on the command line reaches it through this one-slot registry.
+_SETTINGS_FILE: dict[str, Path | None] = {}

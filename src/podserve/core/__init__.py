@@ -1,0 +1,1 @@
+"""Leaf package: errors, clock, ids and tensor types. Imports nothing from podserve."""

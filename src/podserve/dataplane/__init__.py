@@ -1,0 +1,1 @@
+"""The transport-free data plane that REST and gRPC both call."""

@@ -1,0 +1,134 @@
+"""The model API every runtime implements, and that users implement to bring their own code.
+
+A request goes through four steps:
+
+    preprocess(request)   -> Payload      per request, on the worker thread; validates
+    predict(batch)        -> Payload      once per batch; the batch is the requests'
+                                          payloads concatenated along axis 0
+    postprocess(out, req) -> tensors      per request, on that request's slice of `out`
+
+`Payload` is a mapping of name -> numpy array whose first axis is the batch axis. The
+engine concatenates payloads, calls `predict` once, and splits the result back by each
+request's row count, so batching, admission, drain and metrics apply to custom code
+unchanged. A model that cannot batch sets `supports_batching = False`.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from podserve.config.model_config import ModelConfig
+from podserve.core.errors import InvalidInput
+from podserve.core.tensors import Datatype, InferRequest, Tensor, TensorSpec
+from podserve.core.types import Array
+
+Payload = dict[str, Array]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadContext:
+    """What a model gets to load itself."""
+
+    config: ModelConfig
+    directory: Path
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def artifact_path(self) -> Path:
+        return self.config.artifact_path()
+
+
+class ModelAPI(abc.ABC):
+    """Base class for runtimes and user models. Override `load` and `predict`; override
+    `preprocess`/`postprocess` for custom input/output handling.
+
+    The default `preprocess` checks every declared input is present with the declared
+    datatype and a compatible shape, and returns them by name. The default `postprocess`
+    turns each output array into a tensor, keeping only the outputs the client asked for.
+    """
+
+    supports_batching: bool = True
+
+    def __init__(self) -> None:
+        self.inputs: tuple[TensorSpec, ...] = ()
+        self.outputs: tuple[TensorSpec, ...] = ()
+
+    # --- lifecycle -----------------------------------------------------------------
+    def load(self, context: LoadContext) -> None:
+        """Load weights from `context.directory`. Runs once, on a worker thread."""
+
+    def unload(self) -> None:
+        """Release what `load` acquired. The default drops references and lets GC work."""
+
+    # --- request path --------------------------------------------------------------
+    def preprocess(self, request: InferRequest) -> Payload:
+        given = request.input_map()
+        if not self.inputs:
+            return {name: t.data for name, t in given.items()}
+        payload: Payload = {}
+        for spec in self.inputs:
+            tensor = given.get(spec.name)
+            if tensor is None:
+                raise InvalidInput(
+                    f"missing input {spec.name!r}; model {request.model_name!r} expects "
+                    f"{[s.name for s in self.inputs]}"
+                )
+            if tensor.datatype is not spec.datatype:
+                raise InvalidInput(
+                    f"input {spec.name!r} has datatype {tensor.datatype}, expected {spec.datatype}"
+                )
+            if not spec.accepts_shape(tensor.shape):
+                raise InvalidInput(
+                    f"input {spec.name!r} has shape {list(tensor.shape)}, expected "
+                    f"{list(spec.shape)} (-1 = any)"
+                )
+            payload[spec.name] = tensor.data
+        unknown = set(given) - {s.name for s in self.inputs}
+        if unknown:
+            raise InvalidInput(f"unknown input(s) {sorted(unknown)}; expected "
+                               f"{[s.name for s in self.inputs]}")
+        return payload
+
+    @abc.abstractmethod
+    def predict(self, batch: Payload) -> Payload:
+        """Compute outputs for a batch; arrays keep the batch axis first."""
+
+    def postprocess(self, outputs: Payload, request: InferRequest) -> tuple[Tensor, ...]:
+        wanted = {o.name for o in request.outputs}
+        if wanted:
+            unknown = wanted - set(outputs)
+            if unknown:
+                raise InvalidInput(f"unknown requested output(s) {sorted(unknown)}; model "
+                                   f"produces {sorted(outputs)}")
+        return tuple(
+            Tensor(name=name, datatype=Datatype.from_numpy(array.dtype), data=array)
+            for name, array in outputs.items()
+            if not wanted or name in wanted
+        )
+
+    # --- helpers the engine uses -----------------------------------------------------
+    def batch_size(self, payload: Payload) -> int:
+        """Rows this request contributes to a batch: the first axis of its first array."""
+        for array in payload.values():
+            return int(array.shape[0]) if array.ndim else 1
+        return 1
+
+    def warmup_request(self, model_name: str) -> InferRequest | None:
+        """One request of zeros (empty bytes) on the declared inputs; None if undeclared."""
+        if not self.inputs:
+            return None
+        tensors = []
+        for spec in self.inputs:
+            shape = tuple(1 if d == -1 else d for d in spec.shape)
+            if spec.datatype is Datatype.BYTES:
+                data = np.full(shape, b"", dtype=object)
+            else:
+                data = np.zeros(shape, dtype=spec.datatype.numpy_dtype)
+            tensors.append(Tensor(spec.name, spec.datatype, data))
+        return InferRequest(model_name=model_name, inputs=tuple(tensors))
