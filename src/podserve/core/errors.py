@@ -69,5 +69,9 @@ class InferenceFailed(PodserveError):
     """The model raised while computing this request (HTTP 500)."""
 
 
+class DeviceError(InferenceFailed):
+    """The accelerator (or its runtime) failed; readiness reports it until a call succeeds."""
+
+
 class ModelLoadFailed(PodserveError):
     """Loading a model failed; the message carries the underlying cause."""

@@ -1,8 +1,9 @@
 """The model API every runtime implements, and that users implement to bring their own code.
 
-A request goes through four steps:
+A request goes through these steps:
 
-    preprocess(request)   -> Payload      per request, on the worker thread; validates
+    validate(request)                     per request, on the event loop; cheap checks
+    preprocess(request)   -> Payload      per request, on the worker thread
     predict(batch)        -> Payload      once per batch; the batch is the requests'
                                           payloads concatenated along axis 0
     postprocess(out, req) -> tensors      per request, on that request's slice of `out`
@@ -60,18 +61,20 @@ class ModelAPI(abc.ABC):
         self.outputs: tuple[TensorSpec, ...] = ()
 
     # --- lifecycle -----------------------------------------------------------------
-    def load(self, context: LoadContext) -> None:
+    def load(self, context: LoadContext) -> None:  # noqa: B027 - optional hook, no-op default
         """Load weights from `context.directory`. Runs once, on a worker thread."""
 
-    def unload(self) -> None:
+    def unload(self) -> None:  # noqa: B027 - optional hook, no-op default
         """Release what `load` acquired. The default drops references and lets GC work."""
 
     # --- request path --------------------------------------------------------------
-    def preprocess(self, request: InferRequest) -> Payload:
-        given = request.input_map()
+    def validate(self, request: InferRequest) -> None:
+        """Cheap checks the engine runs on the event loop before queueing, so malformed
+        requests are refused before they cost a worker anything. The default checks each
+        declared input is present with the declared datatype and a compatible shape."""
         if not self.inputs:
-            return {name: t.data for name, t in given.items()}
-        payload: Payload = {}
+            return
+        given = request.input_map()
         for spec in self.inputs:
             tensor = given.get(spec.name)
             if tensor is None:
@@ -88,12 +91,16 @@ class ModelAPI(abc.ABC):
                     f"input {spec.name!r} has shape {list(tensor.shape)}, expected "
                     f"{list(spec.shape)} (-1 = any)"
                 )
-            payload[spec.name] = tensor.data
-        unknown = set(given) - {s.name for s in self.inputs}
-        if unknown:
-            raise InvalidInput(f"unknown input(s) {sorted(unknown)}; expected "
-                               f"{[s.name for s in self.inputs]}")
-        return payload
+        if len(given) != len(self.inputs):
+            unknown = set(given) - {s.name for s in self.inputs}
+            raise InvalidInput(
+                f"unknown input(s) {sorted(unknown)}; expected {[s.name for s in self.inputs]}"
+            )
+
+    def preprocess(self, request: InferRequest) -> Payload:
+        """Turn one validated request into its payload. Runs on a worker thread, after
+        `validate`; the default maps input names to their arrays."""
+        return {t.name: t.data for t in request.inputs}
 
     @abc.abstractmethod
     def predict(self, batch: Payload) -> Payload:
@@ -104,8 +111,10 @@ class ModelAPI(abc.ABC):
         if wanted:
             unknown = wanted - set(outputs)
             if unknown:
-                raise InvalidInput(f"unknown requested output(s) {sorted(unknown)}; model "
-                                   f"produces {sorted(outputs)}")
+                raise InvalidInput(
+                    f"unknown requested output(s) {sorted(unknown)}; model "
+                    f"produces {sorted(outputs)}"
+                )
         return tuple(
             Tensor(name=name, datatype=Datatype.from_numpy(array.dtype), data=array)
             for name, array in outputs.items()

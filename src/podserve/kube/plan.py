@@ -1,0 +1,143 @@
+"""The numbers a ModelService implies, computed once so that probes, grace period, drain
+timeout, memory and autoscaler windows all follow from the same inputs (see
+../shared/reference/kubernetes-semantics.md §2, §3, §5, §1.5)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from decimal import Decimal
+
+from podserve.config.model_service import (
+    ModelServiceSpec,
+    ScalingEngine,
+    ScalingMetric,
+    quantity_value,
+)
+from podserve.kube.capacity import SPOT_POOLS, SpotPool
+
+STARTUP_PERIOD_S = 10
+STARTUP_BUDGET_FACTOR = 1.5
+LIVENESS_PERIOD_S = 20
+LIVENESS_FAILURES = 3
+READINESS_PERIOD_S = 5
+READINESS_FAILURES = 2
+MIN_SCALE_DOWN_WINDOW_S = 600
+MAX_SCALE_DOWN_WINDOW_S = 3600  # the API rejects windows above an hour (§1.1)
+_MI = Decimal(2) ** 20
+_GI = Decimal(2) ** 30
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    startup_failure_threshold: int
+    pre_stop_s: int
+    drain_timeout_s: int
+    grace_period_s: int
+    memory: str  # request = limit: process memory + /dev/shm
+    cpu_request: str
+    cpu_limit: str
+    shm: str
+    max_surge: int
+    max_unavailable: int
+    spare_gpu: bool
+    scale_down_window_s: int
+    spot: SpotPool
+    warnings: tuple[str, ...]
+
+    @property
+    def startup_budget_s(self) -> int:
+        return self.startup_failure_threshold * STARTUP_PERIOD_S
+
+
+def startup_failure_threshold(load_seconds: float) -> int:
+    """failureThreshold so that threshold × period ≥ 1.5 × the observed load time."""
+    return max(1, math.ceil(load_seconds * STARTUP_BUDGET_FACTOR / STARTUP_PERIOD_S))
+
+
+def format_bytes(value: Decimal) -> str:
+    if value % _GI == 0:
+        return f"{int(value / _GI)}Gi"
+    return f"{math.ceil(value / _MI)}Mi"
+
+
+def format_cpu(value: Decimal) -> str:
+    millis = math.ceil(value * 1000)
+    return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
+
+
+def scale_down_window(spec: ModelServiceSpec) -> int:
+    chosen = spec.autoscaling.scale_down_stabilization_seconds if spec.autoscaling else None
+    if chosen is not None:
+        return chosen
+    # Longer than a load: removing a replica that takes minutes to come back must wait out
+    # at least that long a lull.
+    wanted = max(MIN_SCALE_DOWN_WINDOW_S, math.ceil(2 * spec.model.load_seconds))
+    return min(MAX_SCALE_DOWN_WINDOW_S, wanted)
+
+
+def make_plan(spec: ModelServiceSpec) -> Plan:
+    warnings: list[str] = []
+    pre_stop = spec.timing.pre_stop_seconds
+    drain = math.ceil(spec.serving.longest_request_seconds)
+    grace = pre_stop + drain + spec.timing.margin_seconds
+    memory = quantity_value(spec.resources.memory) + quantity_value(spec.resources.shm)
+    cpu = quantity_value(spec.resources.cpu)
+    cpu_limit = (
+        quantity_value(spec.resources.cpu_limit) if spec.resources.cpu_limit else cpu * 2
+    )
+    spare = (
+        spec.rollout.spare_gpu
+        if spec.rollout.spare_gpu is not None
+        else spec.cold_start.headroom_pods > 0
+    )
+    if spec.gpu.count == 0 or spare:
+        surge, unavailable = 1, 0
+    else:
+        # No spare device: a surge pod would sit Pending for the whole rollout (§2).
+        surge, unavailable = 0, 1
+    spot = SPOT_POOLS[spec.capacity.provider]
+    if spec.capacity.serving.value == "spot" and grace > spot.reclaim_notice_s:
+        warnings.append(
+            f"grace period {grace}s exceeds the {spot.reclaim_notice_s}s reclaim notice of "
+            f"{spot.provider} spot nodes: long requests will be cut when a node is reclaimed"
+        )
+    window = scale_down_window(spec)
+    scaling = spec.autoscaling
+    if scaling is not None:
+        if scaling.metric is ScalingMetric.CPU and spec.gpu.count > 0:
+            warnings.append(
+                "autoscaling on CPU for a GPU model (forceCpu): CPU stays low while the GPU "
+                "queue grows; prefer queue-depth"
+            )
+        if window <= spec.model.load_seconds:
+            warnings.append(
+                f"scale-down window {window}s is not longer than the {spec.model.load_seconds}s "
+                "load time (capped at 3600s by the API)"
+            )
+        if scaling.engine is ScalingEngine.HPA and scaling.metric is not ScalingMetric.CPU:
+            warnings.append(
+                "HPA on a custom metric needs Prometheus Adapter: merge the rendered "
+                "<name>-adapter-rules ConfigMap into its rules"
+            )
+    if spec.cache.kind == "hostPath" and not spec.cold_start.pre_pull:
+        warnings.append(
+            f"hostPath cache {spec.cache.host_path} must be writable by uid 10001 on every "
+            "node; enable coldStart.prePull to have a DaemonSet prepare it"
+        )
+    return Plan(
+        startup_failure_threshold=startup_failure_threshold(spec.model.load_seconds),
+        pre_stop_s=pre_stop,
+        drain_timeout_s=drain,
+        grace_period_s=grace,
+        memory=format_bytes(memory),
+        cpu_request=format_cpu(cpu),
+        cpu_limit=format_cpu(cpu_limit),
+        shm=format_bytes(quantity_value(spec.resources.shm)),
+        max_surge=surge,
+        max_unavailable=unavailable,
+        spare_gpu=spare,
+        scale_down_window_s=window,
+        spot=spot,
+        warnings=tuple(warnings),
+    )

@@ -1,0 +1,1 @@
+"""Observability: every Prometheus metric (metrics.py) and structured logging (logging.py)."""

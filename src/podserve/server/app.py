@@ -1,0 +1,216 @@
+"""The ASGI application: routing, error mapping, request ids, access logs, request
+metrics, and client-disconnect cancellation for inference."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from prometheus_client import Counter, Histogram
+
+from podserve.core.errors import Cancelled, PodserveError
+from podserve.core.ids import accept_request_id
+from podserve.dataplane.dataplane import DataPlane
+from podserve.server.errors import error_response, status_of
+from podserve.server.http import (
+    ClientGone,
+    Receive,
+    Request,
+    Response,
+    Scope,
+    Send,
+    json_response,
+    send_response,
+)
+from podserve.server.routes_health import HealthRoutes
+from podserve.server.routes_v2 import V2Routes
+
+log = logging.getLogger("podserve.access")
+errlog = logging.getLogger("podserve.server")
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    handler: Handler
+    # Inference-like routes are counted in request metrics and watched for disconnects.
+    inference: bool = False
+
+
+class App:
+    def __init__(self, dataplane: DataPlane) -> None:
+        self._dataplane = dataplane
+        settings = dataplane.settings
+        self._sample_rate = settings.access_log_sample_rate
+        self._max_body_bytes = settings.max_body_bytes
+        health = HealthRoutes(dataplane)
+        self._v2 = V2Routes(dataplane)
+        probe = {
+            "/startup": health.startup,
+            "/healthz": health.live, "/livez": health.live,
+            "/v2/health/live": health.live, "/v1/health/live": health.live,
+            "/ready": health.ready, "/readyz": health.ready,
+            "/v2/health/ready": health.ready, "/v1/health/ready": health.ready,
+            "/metrics": health.metrics,
+            "/v2": self._v2.server_metadata,
+        }
+        self._static: dict[str, dict[str, Route]] = {
+            path: {"GET": Route(handler)} for path, handler in probe.items()
+        }
+        self._static["/v2/repository/index"] = {"POST": Route(self._v2.repository_index)}
+        self._requests: Counter = dataplane.metrics.requests
+        self._duration: Histogram = dataplane.metrics.request_duration
+
+    def _known_models(self) -> set[str]:
+        return {e.name for e in self._dataplane.repository.entries()}
+
+    # --- routing -----------------------------------------------------------------------
+    def _route(self, method: str, path: str) -> tuple[Route, dict[str, str], str] | Response:
+        table = self._static.get(path)
+        params: dict[str, str] = {}
+        model = ""
+        if table is None:
+            table, params, model = self._dynamic(path)
+        if table is None:
+            return json_response(404, {"error": f"no route for {method} {path}"})
+        route = table.get(method)
+        if route is None:
+            allowed = ", ".join(sorted(table))
+            return json_response(
+                405, {"error": f"method {method} not allowed on {path}; use {allowed}"},
+                [(b"allow", allowed.encode())],
+            )
+        return route, params, model
+
+    def _dynamic(self, path: str) -> tuple[dict[str, Route] | None, dict[str, str], str]:
+        if path.startswith("/v2/models/"):
+            parts = path[len("/v2/models/"):].split("/")
+            model, rest = parts[0], parts[1:]
+            params: dict[str, str] = {}
+            if len(rest) >= 2 and rest[0] == "versions":
+                params["version"] = rest[1]
+                rest = rest[2:]
+            if not model:
+                return None, {}, ""
+            if not rest:
+                return {"GET": Route(self._v2.model_metadata)}, params, model
+            if rest == ["ready"]:
+                return {"GET": Route(self._v2.model_ready)}, params, model
+            if rest == ["infer"]:
+                return {"POST": Route(self._v2.infer, inference=True)}, params, model
+        elif path.startswith("/v2/repository/models/"):
+            parts = path[len("/v2/repository/models/"):].split("/")
+            if len(parts) == 2 and parts[0]:
+                if parts[1] == "load":
+                    return {"POST": Route(self._v2.load)}, {}, parts[0]
+                if parts[1] == "unload":
+                    return {"POST": Route(self._v2.unload)}, {}, parts[0]
+        return None, {}, ""
+
+    # --- ASGI ----------------------------------------------------------------------------
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        started = time.perf_counter()
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        request_id = accept_request_id(headers.get("x-request-id"))
+        method, path = scope["method"], scope["path"]
+        routed = self._route(method, path)
+        if isinstance(routed, Response):
+            await send_response(send, routed, request_id)
+            return
+        route, params, model = routed
+        request = Request(scope, receive, method, path, headers, request_id, params, model)
+        if route.inference:
+            response = await self._run_inference(route, request)
+            if response is None:
+                self._account(request, 499, started)
+                return
+        else:
+            response = await self._run(route, request)
+        await send_response(send, response, request_id)
+        if route.inference:
+            self._account(request, response.status, started)
+
+    async def _run(self, route: Route, request: Request) -> Response:
+        try:
+            return await route.handler(request)
+        except PodserveError as exc:
+            return error_response(exc)
+        except ClientGone:
+            return json_response(499, {"error": "client disconnected"})
+        except Exception:
+            errlog.exception("unhandled error", extra={"request_id": request.request_id})
+            return json_response(500, {"error": "internal server error; see the server log"})
+
+    async def _run_inference(self, route: Route, request: Request) -> Response | None:
+        """Run the handler, cancelling it if the client disconnects while it waits: a
+        queued request then leaves the queue and frees its slot. None = client gone."""
+        try:
+            await request.body(self._max_body_bytes)  # cached for the handler
+        except PodserveError as exc:
+            return error_response(exc)
+        except ClientGone:
+            return None
+        task = asyncio.current_task()
+        gone = answering = False
+
+        async def watch_disconnect() -> None:
+            nonlocal gone
+            # Once the body is read, receive() returns only when the client disconnects
+            # or the response has been sent.
+            message = await request.receive()
+            if message["type"] == "http.disconnect" and not answering and task is not None:
+                gone = True
+                task.cancel()
+
+        watcher = asyncio.ensure_future(watch_disconnect())
+        try:
+            return await self._run(route, request)
+        except asyncio.CancelledError:
+            if gone:
+                return None
+            raise
+        finally:
+            answering = True
+            watcher.cancel()
+
+    def _account(self, request: Request, status: int, started: float) -> None:
+        elapsed = time.perf_counter() - started
+        # Only known models become label values: a typo in a URL must not mint a series.
+        model = request.model if request.model in self._known_models() else ""
+        self._requests.labels(model, "v2", str(status)).inc()
+        self._duration.labels(model, "v2").observe(elapsed)
+        if self._sample_rate and (self._sample_rate >= 1 or random.random() < self._sample_rate):
+            log.info(
+                "request",
+                extra={
+                    "request_id": request.request_id,
+                    "model": request.model,
+                    "method": request.method,
+                    "path": request.path,
+                    "status": status,
+                    "duration_ms": round(elapsed * 1000, 3),
+                },
+            )
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+__all__ = ["App", "Cancelled", "status_of"]

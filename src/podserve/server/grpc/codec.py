@@ -1,0 +1,349 @@
+"""Open Inference Protocol gRPC messages <-> core tensors and requests.
+
+Requests may carry tensor data either as typed `contents` or as `raw_input_contents`
+(what tritonclient sends); both are decoded and every element count is checked against
+the declared shape, naming the input that is wrong. Responses always carry
+`raw_output_contents`: it is the one form tritonclient's `InferResult.as_numpy` reads
+for every datatype (it ignores typed contents except `bytes_contents`), it is the only
+form FP16 has, and it avoids one Python object per element.
+
+Raw encoding: little-endian elements, row-major, no padding; BOOL is one byte per
+element; each BYTES element is a 4-byte little-endian length followed by the bytes.
+
+Decoded non-BYTES arrays are zero-copy views of the request's bytes and therefore
+read-only; a runtime that writes into its inputs must copy them first.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Mapping
+from typing import Any, TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+
+from podserve.core.errors import InvalidInput
+from podserve.core.tensors import (
+    Datatype,
+    InferRequest,
+    InferResponse,
+    RequestedOutput,
+    Tensor,
+)
+from podserve.server.grpc._generated import inference_pb2 as pb
+
+# Generated messages are untyped for mypy (grpc modules are ignore_missing_imports);
+# these aliases at least name which message a function takes or returns.
+PbModelInferRequest: TypeAlias = Any
+PbModelInferResponse: TypeAlias = Any
+PbParameterMap: TypeAlias = Any
+ParameterValue: TypeAlias = bool | int | float | str
+
+_LENGTH = struct.Struct("<I")
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_UINT64_MAX = 2**64 - 1
+
+# Which typed-contents field carries each datatype. FP16 has none: raw bytes only.
+_CONTENTS_FIELD: dict[Datatype, str] = {
+    Datatype.BOOL: "bool_contents",
+    Datatype.INT8: "int_contents",
+    Datatype.INT16: "int_contents",
+    Datatype.INT32: "int_contents",
+    Datatype.INT64: "int64_contents",
+    Datatype.UINT8: "uint_contents",
+    Datatype.UINT16: "uint_contents",
+    Datatype.UINT32: "uint_contents",
+    Datatype.UINT64: "uint64_contents",
+    Datatype.FP32: "fp32_contents",
+    Datatype.FP64: "fp64_contents",
+    Datatype.BYTES: "bytes_contents",
+}
+# The protobuf scalar type of each contents field, as numpy reads it before narrowing.
+_CONTENTS_WIDE_DTYPE: dict[str, np.dtype[Any]] = {
+    "bool_contents": np.dtype(np.bool_),
+    "int_contents": np.dtype(np.int32),
+    "int64_contents": np.dtype(np.int64),
+    "uint_contents": np.dtype(np.uint32),
+    "uint64_contents": np.dtype(np.uint64),
+    "fp32_contents": np.dtype(np.float32),
+    "fp64_contents": np.dtype(np.float64),
+}
+# Parameters of the shared-memory extension, which podserve does not implement; a request
+# that uses it carries no data in the message, so it is refused instead of misread.
+_SHARED_MEMORY_KEYS = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
+
+
+# ---------------------------------------------------------------------------- parameters
+
+
+def decode_parameters(params: PbParameterMap, where: str) -> dict[str, ParameterValue]:
+    """A protobuf `map<string, InferParameter>` as plain Python values."""
+    out: dict[str, ParameterValue] = {}
+    for key, param in params.items():
+        choice = param.WhichOneof("parameter_choice")
+        if choice is None:
+            raise InvalidInput(f"{where} parameter {key!r} has no value")
+        value: ParameterValue = getattr(param, choice)
+        out[str(key)] = value
+    return out
+
+
+def encode_parameters(values: Mapping[str, Any], target: PbParameterMap) -> None:
+    """Write Python values into a protobuf `map<string, InferParameter>`.
+
+    Raises TypeError for a value with no InferParameter form (a list, a dict, None):
+    response parameters come from podserve itself, so such a value is a bug to surface.
+    """
+    for key, value in values.items():
+        param = target[key]
+        if isinstance(value, bool | np.bool_):
+            param.bool_param = bool(value)
+        elif isinstance(value, int | np.integer):
+            number = int(value)
+            if _INT64_MIN <= number <= _INT64_MAX:
+                param.int64_param = number
+            elif 0 <= number <= _UINT64_MAX:
+                param.uint64_param = number
+            else:
+                raise TypeError(f"parameter {key!r}: {number} does not fit in 64 bits")
+        elif isinstance(value, float | np.floating):
+            param.double_param = float(value)
+        elif isinstance(value, str):
+            param.string_param = value
+        else:
+            raise TypeError(
+                f"parameter {key!r}: a {type(value).__name__} has no InferParameter form"
+            )
+
+
+# ---------------------------------------------------------------------------- raw bytes
+
+
+def encode_bytes_elements(data: npt.NDArray[Any]) -> bytes:
+    """BYTES elements (bytes, or str as UTF-8) as 4-byte-length-prefixed raw bytes."""
+    parts: list[bytes] = []
+    for item in data.reshape(-1):
+        if isinstance(item, bytes):
+            element = item
+        elif isinstance(item, str):
+            element = item.encode("utf-8")
+        elif isinstance(item, bytearray | memoryview):
+            element = bytes(item)
+        else:
+            raise TypeError(f"a BYTES element must be bytes or str, not {type(item).__name__}")
+        parts.append(_LENGTH.pack(len(element)))
+        parts.append(element)
+    return b"".join(parts)
+
+
+def decode_bytes_elements(raw: bytes, count: int, name: str) -> npt.NDArray[Any]:
+    """Length-prefixed raw bytes as a flat object array of `count` bytes elements."""
+    size = len(raw)
+    # Every element takes at least its 4-byte length: refuse before allocating `count`
+    # slots, so a huge declared shape cannot exhaust memory.
+    if count * _LENGTH.size > size:
+        raise InvalidInput(
+            f"input {name!r}: {size} bytes of BYTES data cannot hold {count} elements "
+            f"(each needs a 4-byte length)"
+        )
+    out = np.empty(count, dtype=object)
+    offset = 0
+    for index in range(count):
+        if offset + _LENGTH.size > size:
+            raise InvalidInput(f"input {name!r}: BYTES data ends after {index} of {count} elements")
+        (length,) = _LENGTH.unpack_from(raw, offset)
+        offset += _LENGTH.size
+        end = offset + length
+        if end > size:
+            raise InvalidInput(
+                f"input {name!r}: BYTES element {index} declares {length} bytes "
+                f"but only {size - offset} remain"
+            )
+        out[index] = raw[offset:end]
+        offset = end
+    if offset != size:
+        raise InvalidInput(
+            f"input {name!r}: {size - offset} bytes left over after the {count} BYTES "
+            f"elements its shape declares"
+        )
+    return out
+
+
+def encode_raw(tensor: Tensor) -> bytes:
+    """A tensor's elements in the raw wire encoding."""
+    if tensor.datatype is Datatype.BYTES:
+        return encode_bytes_elements(np.asarray(tensor.data))
+    want = tensor.datatype.numpy_dtype
+    data = np.asarray(tensor.data)
+    if data.dtype.kind != want.kind or data.dtype.itemsize != want.itemsize:
+        raise TypeError(
+            f"output {tensor.name!r}: data of dtype {data.dtype} does not match "
+            f"datatype {tensor.datatype.value}"
+        )
+    # The wire is little-endian whatever the host; astype is a no-op when it already is.
+    return data.astype(want.newbyteorder("<"), copy=False).tobytes(order="C")
+
+
+def _decode_raw(raw: bytes, datatype: Datatype, shape: tuple[int, ...], name: str) -> Any:
+    count = math.prod(shape)
+    if datatype is Datatype.BYTES:
+        return decode_bytes_elements(raw, count, name).reshape(shape)
+    expected = count * datatype.item_size_bytes
+    if len(raw) != expected:
+        raise InvalidInput(
+            f"input {name!r}: raw data has {len(raw)} bytes; shape {list(shape)} of "
+            f"{datatype.value} needs {expected}"
+        )
+    if datatype is Datatype.BOOL:
+        # Any nonzero byte is true; reading the bytes as np.bool_ directly would keep
+        # values other than 0 and 1 inside "booleans".
+        return np.frombuffer(raw, dtype=np.uint8).astype(np.bool_).reshape(shape)
+    little_endian = datatype.numpy_dtype.newbyteorder("<")
+    return np.frombuffer(raw, dtype=little_endian).reshape(shape)
+
+
+# ---------------------------------------------------------------------------- typed contents
+
+
+def _decode_contents(contents: Any, datatype: Datatype, shape: tuple[int, ...], name: str) -> Any:
+    count = math.prod(shape)
+    field = _CONTENTS_FIELD.get(datatype)
+    if field is None:
+        raise InvalidInput(
+            f"input {name!r}: {datatype.value} has no typed contents field; "
+            f"send it in raw_input_contents"
+        )
+    for descriptor, _ in contents.ListFields():
+        if descriptor.name != field:
+            raise InvalidInput(
+                f"input {name!r} has datatype {datatype.value}: its elements belong in "
+                f"contents.{field}, not contents.{descriptor.name}"
+            )
+    values = getattr(contents, field)
+    if not values and count:
+        raise InvalidInput(
+            f"input {name!r} carries no data: set contents.{field} or raw_input_contents"
+        )
+    if len(values) != count:
+        raise InvalidInput(
+            f"input {name!r}: contents.{field} has {len(values)} elements; "
+            f"shape {list(shape)} needs {count}"
+        )
+    if datatype is Datatype.BYTES:
+        out = np.empty(count, dtype=object)
+        out[:] = list(values)
+        return out.reshape(shape)
+    wide = np.fromiter(values, dtype=_CONTENTS_WIDE_DTYPE[field], count=count)
+    want = datatype.numpy_dtype
+    if want != wide.dtype and wide.size:
+        info = np.iinfo(want)
+        low, high = int(wide.min()), int(wide.max())
+        if low < info.min or high > info.max:
+            bad = low if low < info.min else high
+            raise InvalidInput(
+                f"input {name!r}: value {bad} is outside the range of {datatype.value}"
+            )
+    return wide.astype(want, copy=False).reshape(shape)
+
+
+# ---------------------------------------------------------------------------- requests
+
+
+def _shape_of(dims: Any, name: str) -> tuple[int, ...]:
+    shape = tuple(int(d) for d in dims)
+    if any(d < 0 for d in shape):
+        raise InvalidInput(f"input {name!r}: shape {list(shape)} has a negative dimension")
+    return shape
+
+
+def _refuse_shared_memory(params: Mapping[str, ParameterValue], what: str) -> None:
+    if any(key in params for key in _SHARED_MEMORY_KEYS):
+        raise InvalidInput(
+            f"{what} uses the shared-memory extension, which podserve does not support"
+        )
+
+
+def decode_infer_request(
+    msg: PbModelInferRequest, *, request_id: str | None, deadline_s: float | None
+) -> InferRequest:
+    """Validate and decode a ModelInferRequest. `request_id` and `deadline_s` come from
+    the transport (the edge decides them), not from the message."""
+    if not msg.model_name:
+        raise InvalidInput("model_name is required")
+    raw_contents = msg.raw_input_contents
+    inputs = msg.inputs
+    use_raw = len(raw_contents) > 0
+    if use_raw and len(raw_contents) != len(inputs):
+        raise InvalidInput(
+            f"raw_input_contents has {len(raw_contents)} entries for {len(inputs)} inputs; "
+            f"send exactly one per input, in the order of inputs"
+        )
+    tensors: list[Tensor] = []
+    seen: set[str] = set()
+    for index, item in enumerate(inputs):
+        name = str(item.name)
+        if not name:
+            raise InvalidInput(f"input {index} has no name")
+        if name in seen:
+            raise InvalidInput(f"input {name!r} appears more than once")
+        seen.add(name)
+        try:
+            datatype = Datatype.parse(item.datatype)
+        except InvalidInput as exc:
+            raise InvalidInput(f"input {name!r}: {exc.message}") from None
+        shape = _shape_of(item.shape, name)
+        params = decode_parameters(item.parameters, f"input {name!r}")
+        _refuse_shared_memory(params, f"input {name!r}")
+        has_contents = bool(item.contents.ListFields())
+        if use_raw:
+            if has_contents:
+                raise InvalidInput(
+                    f"input {name!r} sets contents but the request uses raw_input_contents; "
+                    f"use one form for all inputs"
+                )
+            data = _decode_raw(raw_contents[index], datatype, shape, name)
+        else:
+            data = _decode_contents(item.contents, datatype, shape, name)
+        tensors.append(Tensor(name=name, datatype=datatype, data=data, parameters=params))
+
+    outputs: list[RequestedOutput] = []
+    for item in msg.outputs:
+        name = str(item.name)
+        params = decode_parameters(item.parameters, f"requested output {name!r}")
+        _refuse_shared_memory(params, f"requested output {name!r}")
+        outputs.append(RequestedOutput(name=name, parameters=params))
+
+    return InferRequest(
+        model_name=str(msg.model_name),
+        inputs=tuple(tensors),
+        id=request_id,
+        model_version=str(msg.model_version) or None,
+        outputs=tuple(outputs),
+        parameters=decode_parameters(msg.parameters, "request"),
+        deadline_s=deadline_s,
+    )
+
+
+# ---------------------------------------------------------------------------- responses
+
+
+def encode_infer_response(
+    response: InferResponse, *, request_id: str | None
+) -> PbModelInferResponse:
+    """A ModelInferResponse with every output in raw_output_contents, in output order.
+    The response's own id wins; otherwise the request's id is echoed."""
+    msg = pb.ModelInferResponse(
+        model_name=response.model_name,
+        model_version=response.model_version or "",
+        id=response.id or request_id or "",
+    )
+    encode_parameters(response.parameters, msg.parameters)
+    raw: list[bytes] = []
+    for tensor in response.outputs:
+        out = msg.outputs.add(name=tensor.name, datatype=tensor.datatype.value, shape=tensor.shape)
+        encode_parameters(tensor.parameters, out.parameters)
+        raw.append(encode_raw(tensor))
+    msg.raw_output_contents.extend(raw)
+    return msg

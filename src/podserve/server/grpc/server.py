@@ -1,0 +1,55 @@
+"""Start and stop the grpc.aio server that serves `inference.GRPCInferenceService`."""
+
+from __future__ import annotations
+
+import grpc
+
+from podserve.dataplane.api import DataPlaneAPI
+from podserve.server.grpc._generated.inference_pb2_grpc import (
+    add_GRPCInferenceServiceServicer_to_server,
+)
+from podserve.server.grpc.service import InferenceServicer
+
+
+def _address(host: str, port: int) -> str:
+    # An IPv6 literal needs brackets before the port.
+    if ":" in host and not host.startswith("["):
+        return f"[{host}]:{port}"
+    return f"{host}:{port}"
+
+
+async def start_grpc_server(
+    dataplane: DataPlaneAPI, host: str, port: int, *, max_message_bytes: int
+) -> tuple[grpc.aio.Server, int]:
+    """Serve the data plane over gRPC on host:port and return the server and its bound
+    port (port 0 picks a free one). Raises OSError when the address cannot be bound.
+
+    `max_message_bytes` caps both received and sent messages; a larger request is refused
+    by gRPC itself with RESOURCE_EXHAUSTED before it is decoded. SO_REUSEPORT is off, so a
+    second server on the same port fails loudly instead of silently sharing its traffic.
+    """
+    if max_message_bytes <= 0:
+        raise ValueError(f"max_message_bytes must be positive, got {max_message_bytes}")
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.so_reuseport", 0),
+        ]
+    )
+    add_GRPCInferenceServiceServicer_to_server(InferenceServicer(dataplane), server)
+    address = _address(host, port)
+    try:
+        bound_port = int(server.add_insecure_port(address))
+    except RuntimeError as exc:  # grpc reports a failed bind as RuntimeError
+        raise OSError(f"cannot listen for gRPC on {address}: {exc}") from exc
+    if bound_port == 0:  # older grpc versions report a failed bind as port 0
+        raise OSError(f"cannot listen for gRPC on {address}")
+    await server.start()
+    return server, bound_port
+
+
+async def stop_grpc_server(server: grpc.aio.Server, grace_s: float) -> None:
+    """Refuse new RPCs at once, let in-flight ones finish for up to `grace_s`, then cancel
+    the rest (their data-plane calls see `disconnected` set)."""
+    await server.stop(grace_s)

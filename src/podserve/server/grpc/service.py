@@ -1,0 +1,275 @@
+"""`inference.GRPCInferenceService` on grpc.aio, over the transport-free data plane.
+
+Errors: the data plane raises only `podserve.core.errors`; `status_for` maps each to a
+gRPC status, once, for every method. Anything else is a bug: it is logged and the client
+gets INTERNAL with a generic message (never a traceback).
+
+Client disconnects and deadlines: grpc.aio cancels the handler task when the client
+cancels or its deadline passes. The data plane's contract is an explicit signal, the
+`disconnected` event, not a CancelledError thrown into the middle of its queues; so the
+call runs in its own task behind `asyncio.shield`, and when the handler is cancelled the
+event is set and the data plane unwinds on its own (dropping queued work, raising
+`Cancelled`). The client's gRPC deadline also becomes `InferRequest.deadline_s`, so a
+request whose client has stopped waiting is never computed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+import grpc
+
+from podserve.core.errors import (
+    Cancelled,
+    DeadlineExceeded,
+    InvalidInput,
+    ModelNotFound,
+    PayloadTooLarge,
+    PodserveError,
+    Unavailable,
+    UnprocessableInput,
+)
+from podserve.core.ids import accept_request_id
+from podserve.core.tensors import InferResponse
+from podserve.dataplane.api import DataPlaneAPI
+from podserve.server.grpc._generated import inference_pb2 as pb
+from podserve.server.grpc.codec import decode_infer_request, encode_infer_response
+
+logger = logging.getLogger(__name__)
+
+# grpc.aio.ServicerContext and the generated messages are untyped for mypy.
+Context: TypeAlias = Any
+Message: TypeAlias = Any
+
+# The `endpoint` label the data plane records for gRPC inference.
+INFER_ENDPOINT = "grpc.ModelInfer"
+
+# Parameters tritonclient's unload_model always sends; podserve has no ensembles, so
+# there are no dependents and the value changes nothing.
+_UNLOAD_PARAMETERS = frozenset({"unload_dependents"})
+
+
+@dataclass(frozen=True, slots=True)
+class GrpcStatus:
+    code: grpc.StatusCode
+    details: str
+    trailing_metadata: tuple[tuple[str, str], ...] = ()
+
+
+# Ordered: the first matching class wins, so subclasses (ModelNotReady, Draining under
+# Unavailable) are covered by their base. The choices and reasons are in docs of
+# `status_for`.
+_STATUS_BY_ERROR: tuple[tuple[type[PodserveError], grpc.StatusCode], ...] = (
+    (InvalidInput, grpc.StatusCode.INVALID_ARGUMENT),
+    (UnprocessableInput, grpc.StatusCode.INVALID_ARGUMENT),
+    (PayloadTooLarge, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (ModelNotFound, grpc.StatusCode.NOT_FOUND),
+    (Unavailable, grpc.StatusCode.UNAVAILABLE),
+    (DeadlineExceeded, grpc.StatusCode.DEADLINE_EXCEEDED),
+    (Cancelled, grpc.StatusCode.CANCELLED),
+)
+
+
+def retry_after_value(retry_after_s: float) -> str:
+    """Whole seconds, at least 1, as HTTP's Retry-After header writes them."""
+    return str(max(1, math.ceil(retry_after_s)))
+
+
+def status_for(error: BaseException, request_id: str | None = None) -> GrpcStatus:
+    """The gRPC status a client gets for `error`.
+
+    - InvalidInput, UnprocessableInput -> INVALID_ARGUMENT: the request itself is wrong
+      and retrying it unchanged cannot help (gRPC has no separate 422).
+    - PayloadTooLarge -> RESOURCE_EXHAUSTED: the code gRPC itself returns when a message
+      exceeds the receive limit, so clients see one code for "too big" either way.
+    - ModelNotFound -> NOT_FOUND.
+    - Unavailable (over capacity, ModelNotReady, Draining) -> UNAVAILABLE, the code gRPC
+      clients treat as retryable (Triton also answers a full queue with UNAVAILABLE),
+      with trailing metadata `retry-after` in whole seconds.
+    - DeadlineExceeded -> DEADLINE_EXCEEDED; Cancelled -> CANCELLED.
+    - InferenceFailed, ModelLoadFailed, any other PodserveError -> INTERNAL with its message.
+    - Anything else -> INTERNAL with a generic message; the caller logs the exception.
+    Every error carries `x-request-id` in trailing metadata when the request had one.
+    """
+    metadata: tuple[tuple[str, str], ...] = (("x-request-id", request_id),) if request_id else ()
+    if not isinstance(error, PodserveError):
+        return GrpcStatus(grpc.StatusCode.INTERNAL, "internal server error", metadata)
+    code = grpc.StatusCode.INTERNAL
+    for error_type, mapped in _STATUS_BY_ERROR:
+        if isinstance(error, error_type):
+            code = mapped
+            break
+    if isinstance(error, Unavailable):
+        metadata += (("retry-after", retry_after_value(error.retry_after_s)),)
+    return GrpcStatus(code, error.message, metadata)
+
+
+@contextlib.asynccontextmanager
+async def _status_on_error(
+    context: Context, method: str, request_id: str | None = None
+) -> AsyncIterator[None]:
+    """End the RPC with `status_for(error)` when the body raises."""
+    try:
+        yield
+    except grpc.aio.AbortError:
+        raise  # already a status; not ours to translate
+    except Exception as exc:  # every error must become a status
+        if not isinstance(exc, PodserveError):
+            logger.exception("unexpected error in gRPC %s (request id %s)", method, request_id)
+        status = status_for(exc, request_id)
+        await context.abort(status.code, status.details, status.trailing_metadata)
+
+
+def _metadata_value(context: Context, key: str) -> str | None:
+    for item_key, value in context.invocation_metadata() or ():
+        if item_key == key:
+            return str(value)
+    return None
+
+
+class InferenceServicer:
+    """The RPC handlers; `add_GRPCInferenceServiceServicer_to_server` registers them."""
+
+    def __init__(self, dataplane: DataPlaneAPI) -> None:
+        self._dataplane = dataplane
+        # Data-plane calls whose client went away; held here until they unwind so that
+        # the event loop (which keeps only weak references to tasks) cannot drop them.
+        self._abandoned: set[asyncio.Task[InferResponse]] = set()
+
+    # ------------------------------------------------------------------ health
+
+    async def ServerLive(self, request: Message, context: Context) -> Message:
+        async with _status_on_error(context, "ServerLive"):
+            return pb.ServerLiveResponse(live=self._dataplane.live().ok)
+
+    async def ServerReady(self, request: Message, context: Context) -> Message:
+        async with _status_on_error(context, "ServerReady"):
+            return pb.ServerReadyResponse(ready=self._dataplane.ready().ok)
+
+    async def ModelReady(self, request: Message, context: Context) -> Message:
+        async with _status_on_error(context, "ModelReady"):
+            ready = self._dataplane.model_ready(request.name, request.version or None)
+            return pb.ModelReadyResponse(ready=ready)
+
+    # ------------------------------------------------------------------ metadata
+
+    async def ServerMetadata(self, request: Message, context: Context) -> Message:
+        async with _status_on_error(context, "ServerMetadata"):
+            meta = self._dataplane.server_metadata()
+            return pb.ServerMetadataResponse(
+                name=meta.name, version=meta.version, extensions=list(meta.extensions)
+            )
+
+    async def ModelMetadata(self, request: Message, context: Context) -> Message:
+        async with _status_on_error(context, "ModelMetadata"):
+            meta = self._dataplane.model_metadata(request.name, request.version or None)
+            tensor = pb.ModelMetadataResponse.TensorMetadata
+            return pb.ModelMetadataResponse(
+                name=meta.name,
+                versions=list(meta.versions),
+                platform=meta.platform,
+                inputs=[
+                    tensor(name=t.name, datatype=t.datatype.value, shape=t.shape)
+                    for t in meta.inputs
+                ],
+                outputs=[
+                    tensor(name=t.name, datatype=t.datatype.value, shape=t.shape)
+                    for t in meta.outputs
+                ],
+            )
+
+    # ------------------------------------------------------------------ inference
+
+    async def ModelInfer(self, request: Message, context: Context) -> Message:
+        request_id = accept_request_id(request.id or _metadata_value(context, "x-request-id"))
+        async with _status_on_error(context, "ModelInfer", request_id):
+            remaining_s = context.time_remaining()
+            deadline_s = None if remaining_s is None else time.monotonic() + remaining_s
+            infer_request = decode_infer_request(
+                request, request_id=request_id, deadline_s=deadline_s
+            )
+            disconnected = asyncio.Event()
+            call = asyncio.ensure_future(
+                self._dataplane.infer(
+                    infer_request, endpoint=INFER_ENDPOINT, disconnected=disconnected
+                )
+            )
+            try:
+                response = await asyncio.shield(call)
+            except asyncio.CancelledError:
+                # The client cancelled, its deadline passed, or the server stopped past its
+                # grace period: tell the data plane, and let it unwind without us.
+                disconnected.set()
+                self._abandon(call)
+                raise
+            return encode_infer_response(response, request_id=request_id)
+
+    def _abandon(self, call: asyncio.Task[InferResponse]) -> None:
+        self._abandoned.add(call)
+        call.add_done_callback(self._reap)
+
+    def _reap(self, call: asyncio.Task[InferResponse]) -> None:
+        self._abandoned.discard(call)
+        # Retrieve the outcome, so asyncio does not report an unretrieved exception; the
+        # expected one is Cancelled, and nobody is left to tell about any other.
+        if not call.cancelled() and (exc := call.exception()) is not None:
+            if not isinstance(exc, Cancelled):
+                logger.warning("abandoned gRPC inference ended with %r", exc)
+
+    # ------------------------------------------------------------------ repository extension
+
+    async def RepositoryIndex(self, request: Message, context: Context) -> Message:
+        async with _status_on_error(context, "RepositoryIndex"):
+            _check_repository_name(request.repository_name)
+            entries = self._dataplane.repository_index(ready_only=request.ready)
+            index = pb.RepositoryIndexResponse.ModelIndex
+            return pb.RepositoryIndexResponse(
+                models=[
+                    index(name=e.name, version=e.version, state=e.state, reason=e.reason)
+                    for e in entries
+                ]
+            )
+
+    async def RepositoryModelLoad(self, request: Message, context: Context) -> Message:
+        async with _status_on_error(context, "RepositoryModelLoad"):
+            _check_repository_name(request.repository_name)
+            _check_model_name(request.model_name)
+            _refuse_parameters(request.parameters, frozenset(), "load")
+            await self._dataplane.load_model(request.model_name)
+            return pb.RepositoryModelLoadResponse()
+
+    async def RepositoryModelUnload(self, request: Message, context: Context) -> Message:
+        async with _status_on_error(context, "RepositoryModelUnload"):
+            _check_repository_name(request.repository_name)
+            _check_model_name(request.model_name)
+            _refuse_parameters(request.parameters, _UNLOAD_PARAMETERS, "unload")
+            await self._dataplane.unload_model(request.model_name)
+            return pb.RepositoryModelUnloadResponse()
+
+
+def _check_repository_name(name: str) -> None:
+    if name:
+        raise InvalidInput(
+            f"repository {name!r} is unknown: podserve serves one repository; "
+            f"leave repository_name empty"
+        )
+
+
+def _check_model_name(name: str) -> None:
+    if not name:
+        raise InvalidInput("model_name is required")
+
+
+def _refuse_parameters(params: Mapping[str, Any], allowed: frozenset[str], action: str) -> None:
+    # Triton's load parameters override the model config or upload model files; podserve
+    # loads from its configured repository only, so these are refused, not ignored.
+    unsupported = sorted(set(params) - allowed)
+    if unsupported:
+        raise InvalidInput(f"{action} parameters are not supported: {', '.join(unsupported)}")

@@ -1,0 +1,98 @@
+"""Minimal ASGI plumbing: a request context, a response value, body reading with a limit.
+
+podserve talks ASGI directly rather than through a framework on its hot path: the
+inference route needs control of disconnects, `Connection: close` during a drain and
+binary bodies, and a framework's per-request objects cost more than the whole decode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from podserve.core.errors import InvalidInput, PayloadTooLarge
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+JSON = b"application/json"
+
+
+@dataclass(slots=True)
+class Response:
+    status: int
+    body: bytes
+    content_type: bytes = JSON
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+
+def json_response(status: int, payload: object, headers: list[tuple[bytes, bytes]] | None = None) -> Response:
+    return Response(status, orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY), JSON, headers or [])
+
+
+@dataclass(slots=True)
+class Request:
+    scope: Scope
+    receive: Receive
+    method: str
+    path: str
+    headers: dict[str, str]
+    request_id: str
+    path_params: dict[str, str] = field(default_factory=dict)
+    model: str = ""
+    _body: bytes | None = None
+
+    def header(self, name: str) -> str | None:
+        return self.headers.get(name)
+
+    async def body(self, limit_bytes: int) -> bytes:
+        """The whole body, read once (later calls return it again)."""
+        if self._body is None:
+            self._body = await self._read_body(limit_bytes)
+        return self._body
+
+    async def _read_body(self, limit_bytes: int) -> bytes:
+        declared = self.headers.get("content-length")
+        if declared is not None:
+            try:
+                size = int(declared)
+            except ValueError:
+                raise InvalidInput(f"content-length {declared!r} is not an integer") from None
+            if size > limit_bytes:
+                raise PayloadTooLarge(
+                    f"request body of {size} bytes exceeds max_body_bytes={limit_bytes}"
+                )
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            message = await self.receive()
+            if message["type"] == "http.disconnect":
+                raise ClientGone()
+            chunk = message.get("body", b"")
+            total += len(chunk)
+            if total > limit_bytes:
+                raise PayloadTooLarge(f"request body exceeds max_body_bytes={limit_bytes}")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+class ClientGone(Exception):
+    """The client disconnected before we answered; nothing is sent."""
+
+
+async def send_response(send: Send, response: Response, request_id: str) -> None:
+    headers = [
+        (b"content-type", response.content_type),
+        (b"content-length", str(len(response.body)).encode()),
+        (b"x-request-id", request_id.encode()),
+        *response.headers,
+    ]
+    await send({"type": "http.response.start", "status": response.status, "headers": headers})
+    await send({"type": "http.response.body", "body": response.body})

@@ -1,0 +1,85 @@
+"""Open Inference Protocol v2 REST routes: metadata, model readiness, infer, and the
+model-repository extension. Decoding and encoding live in protocol/v2; this module only
+moves bytes between HTTP and the data plane."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from podserve.dataplane.dataplane import DataPlane
+from podserve.protocol.v2 import (
+    INFERENCE_HEADER_CONTENT_LENGTH,
+    binary_output_names,
+    decode_infer_request,
+    decode_repository_index_request,
+    encode_infer_response,
+    encode_model_metadata,
+    encode_repository_index,
+    encode_server_metadata,
+    parse_header_length,
+)
+from podserve.server.http import JSON, Request, Response, json_response
+
+OCTET_STREAM = b"application/octet-stream"
+_HEADER_LENGTH = INFERENCE_HEADER_CONTENT_LENGTH.lower()
+
+
+class V2Routes:
+    def __init__(self, dataplane: DataPlane) -> None:
+        self._dataplane = dataplane
+        self._max_body_bytes = dataplane.settings.max_body_bytes
+
+    async def server_metadata(self, request: Request) -> Response:
+        return Response(200, encode_server_metadata(self._dataplane.server_metadata()))
+
+    async def model_metadata(self, request: Request) -> Response:
+        name, version = request.model, request.path_params.get("version")
+        return Response(200, encode_model_metadata(self._dataplane.model_metadata(name, version)))
+
+    async def model_ready(self, request: Request) -> Response:
+        name, version = request.model, request.path_params.get("version")
+        ready = self._dataplane.model_ready(name, version)
+        return json_response(200 if ready else 503, {"name": name, "ready": ready})
+
+    async def infer(self, request: Request) -> Response:
+        # An unknown model is a 404 before its body costs any decoding.
+        self._dataplane.repository.entry(request.model, request.path_params.get("version"))
+        body = await request.body(self._max_body_bytes)
+        header_length = parse_header_length(request.header(_HEADER_LENGTH))
+        infer_request = decode_infer_request(
+            body,
+            model_name=request.model,
+            model_version=request.path_params.get("version"),
+            header_length=header_length,
+        )
+        deadline_s = self._dataplane.deadline_for(
+            infer_request, request.header("x-request-timeout-ms")
+        )
+        if deadline_s is not None:
+            infer_request = dataclasses.replace(infer_request, deadline_s=deadline_s)
+        response = await self._dataplane.infer(infer_request, endpoint="v2")
+        binary = binary_output_names(infer_request, (t.name for t in response.outputs))
+        payload, json_length = encode_infer_response(response, binary_outputs=binary)
+        if json_length is None:
+            return Response(200, payload, JSON)
+        return Response(
+            200,
+            payload,
+            OCTET_STREAM,
+            [(b"inference-header-content-length", str(json_length).encode())],
+        )
+
+    async def repository_index(self, request: Request) -> Response:
+        ready_only = decode_repository_index_request(await request.body(self._max_body_bytes))
+        entries = self._dataplane.repository_index(ready_only)
+        return Response(200, encode_repository_index(entries))
+
+    async def load(self, request: Request) -> Response:
+        await request.body(self._max_body_bytes)
+        await self._dataplane.load_model(request.model)
+        return json_response(200, {})
+
+    async def unload(self, request: Request) -> Response:
+        await request.body(self._max_body_bytes)
+        await self._dataplane.unload_model(request.model)
+        return json_response(200, {})
