@@ -9,6 +9,7 @@ moves whenever a load starts or ends, which is what liveness watches during load
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 from collections.abc import Callable
@@ -62,6 +63,9 @@ class ModelRepository:
         self._locks: dict[str, asyncio.Lock] = {}
         self.last_progress_s = clock.now_s()
 
+    def knows(self, name: str) -> bool:
+        return name in self._entries
+
     def entries(self) -> list[ModelEntry]:
         return [self._entries[n] for n in sorted(self._entries)]
 
@@ -84,10 +88,12 @@ class ModelRepository:
 
     async def load_preloaded(self) -> None:
         """Load every `preload` model, one at a time (two large loads at once would need
-        both models' peak memory together)."""
+        both models' peak memory together). One failure does not stop the others: the
+        failed model's error stays on its entry for /startup, /ready and the index."""
         for entry in self.entries():
             if entry.config.preload:
-                await self.load(entry.name)
+                with contextlib.suppress(ModelLoadFailed):
+                    await self.load(entry.name)
 
     async def load(self, name: str) -> None:
         entry = self.entry(name)

@@ -66,9 +66,6 @@ class App:
         self._requests: Counter = dataplane.metrics.requests
         self._duration: Histogram = dataplane.metrics.request_duration
 
-    def _known_models(self) -> set[str]:
-        return {e.name for e in self._dataplane.repository.entries()}
-
     # --- routing -----------------------------------------------------------------------
     def _route(self, method: str, path: str) -> tuple[Route, dict[str, str], str] | Response:
         table = self._static.get(path)
@@ -186,7 +183,7 @@ class App:
     def _account(self, request: Request, status: int, started: float) -> None:
         elapsed = time.perf_counter() - started
         # Only known models become label values: a typo in a URL must not mint a series.
-        model = request.model if request.model in self._known_models() else ""
+        model = request.model if self._dataplane.repository.knows(request.model) else ""
         self._requests.labels(model, "v2", str(status)).inc()
         self._duration.labels(model, "v2").observe(elapsed)
         if self._sample_rate and (self._sample_rate >= 1 or random.random() < self._sample_rate):

@@ -21,7 +21,6 @@ import uvicorn
 from podserve.config.model_config import ModelConfig
 from podserve.config.settings import ServerSettings
 from podserve.core.clock import MONOTONIC
-from podserve.core.errors import PodserveError
 from podserve.dataplane.dataplane import DataPlane
 from podserve.engine import ModelWorker, WorkerLimits
 from podserve.lifecycle import Lifecycle
@@ -158,8 +157,6 @@ async def serve(
     async def load_models() -> None:
         try:
             await dataplane.repository.load_preloaded()
-        except PodserveError:
-            pass  # already logged with the model's error; /startup and /ready report it
         finally:
             lifecycle.loading_finished()
 

@@ -1,0 +1,60 @@
+# podserve — `make serve` and `make test` are the two commands a newcomer needs.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# torch is installed before the package, pinned, so that pip never resolves a multi-GB
+# CUDA build on a CPU machine. A GPU user overrides it, e.g.
+#   make test TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
+TORCH_SPEC ?= torch==2.13.0
+HOST ?= 127.0.0.1
+PORT ?= 8000
+MODEL_REPOSITORY ?= examples/models
+
+.PHONY: serve test lint typecheck imports unit bench fmt models clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# Serving needs the core plus the scikit-learn and ONNX runtimes of the bundled models.
+$(VENV)/.serve-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[sklearn,onnx]'
+	touch $@
+
+# Development adds torch (for the torch runtime tests) and every test tool.
+$(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet $(TORCH_SPEC)
+	$(BIN)/pip install --quiet -e '.[dev,torch]'
+	touch $@ $(VENV)/.serve-installed
+
+serve: $(VENV)/.serve-installed
+	$(BIN)/podserve serve --model-repository $(MODEL_REPOSITORY) --host $(HOST) --port $(PORT) \
+		--log-format console
+
+test: $(VENV)/.dev-installed lint typecheck imports unit
+
+lint: $(VENV)/.dev-installed
+	$(BIN)/ruff check src tests scripts benchmarks examples
+	$(BIN)/ruff format --check src tests scripts benchmarks examples
+
+typecheck: $(VENV)/.dev-installed
+	$(BIN)/mypy
+
+imports: $(VENV)/.dev-installed
+	$(BIN)/lint-imports
+
+unit: $(VENV)/.dev-installed
+	$(BIN)/pytest -q
+
+bench: $(VENV)/.dev-installed
+	$(BIN)/python benchmarks/run.py
+
+fmt: $(VENV)/.dev-installed
+	$(BIN)/ruff format src tests scripts benchmarks examples
+	$(BIN)/ruff check --fix src tests scripts benchmarks examples
+
+models: $(VENV)/.dev-installed
+	$(BIN)/python scripts/make_example_models.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
