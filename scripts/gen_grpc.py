@@ -7,6 +7,7 @@ The generated files are committed; tests/grpc/test_generated.py regenerates them
 on any difference, so the code cannot drift from the .proto. The output depends on the
 grpcio-tools version (it stamps its version into the files), so that version is pinned.
 
+protoc's --pyi_out types the messages for mypy; a small stub types the service module.
 Two edits follow protoc, each asserted to apply exactly once so that a protoc change
 fails here instead of silently:
 1. the service module imports the messages package-relatively (protoc writes a top-level
@@ -25,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from grpc_tools import protoc
+from grpc_tools import protoc  # type: ignore[import-untyped]  # grpcio-tools ships no types
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_DIR = ROOT / "src" / "podserve" / "server" / "grpc"
@@ -45,6 +46,23 @@ _POOL_TO = (
 )
 
 
+# protoc's --pyi_out types the messages; the gRPC plugin writes no types, and podserve
+# uses only these names of its module, so they are declared here.
+_SERVICE_TYPES = """\
+# Types of inference_pb2_grpc.py, written by scripts/gen_grpc.py. Do not edit.
+from typing import Any
+
+class GRPCInferenceServiceStub:
+    def __init__(self, channel: Any) -> None: ...
+    def __getattr__(self, name: str) -> Any: ...
+
+class GRPCInferenceServiceServicer:
+    def __getattr__(self, name: str) -> Any: ...
+
+def add_GRPCInferenceServiceServicer_to_server(servicer: Any, server: Any) -> None: ...
+"""
+
+
 def _replace_once(text: str, old: str, new: str, file_name: str) -> str:
     count = text.count(old)
     if count != 1:
@@ -60,6 +78,7 @@ def render() -> dict[str, str]:
                 "grpc_tools.protoc",
                 f"--proto_path={PROTO_DIR}",
                 f"--python_out={tmp}",
+                f"--pyi_out={tmp}",
                 f"--grpc_python_out={tmp}",
                 str(PROTO_DIR / PROTO_NAME),
             ]
@@ -67,10 +86,13 @@ def render() -> dict[str, str]:
         if rc != 0:
             raise RuntimeError(f"protoc failed with exit code {rc}")
         messages = (Path(tmp) / "inference_pb2.py").read_text(encoding="utf-8")
+        message_types = (Path(tmp) / "inference_pb2.pyi").read_text(encoding="utf-8")
         service = (Path(tmp) / "inference_pb2_grpc.py").read_text(encoding="utf-8")
     return {
         "__init__.py": _INIT,
         "inference_pb2.py": _replace_once(messages, _POOL_FROM, _POOL_TO, "inference_pb2.py"),
+        "inference_pb2.pyi": message_types,
+        "inference_pb2_grpc.pyi": _SERVICE_TYPES,
         "inference_pb2_grpc.py": _replace_once(
             service, _IMPORT_FROM, _IMPORT_TO, "inference_pb2_grpc.py"
         ),
@@ -79,7 +101,7 @@ def render() -> dict[str, str]:
 
 def drift(files: dict[str, str], out_dir: Path = OUT_DIR) -> list[str]:
     """Names of files whose committed copy differs from `files` (or is missing or extra)."""
-    committed = {p.name for p in out_dir.glob("*.py")} if out_dir.is_dir() else set()
+    committed = {p.name for p in out_dir.glob("*.py*")} if out_dir.is_dir() else set()
     changed = [
         name
         for name, text in files.items()

@@ -19,7 +19,7 @@ import asyncio
 import enum
 
 from podserve.core.clock import Clock
-from podserve.dataplane.types import HealthReport
+from podserve.core.health import HealthReport
 from podserve.repository import ModelRepository, ModelState
 
 
@@ -33,7 +33,9 @@ class State(enum.StrEnum):
 
 
 class Lifecycle:
-    def __init__(self, repository: ModelRepository, clock: Clock, *, load_stall_timeout_s: float) -> None:
+    def __init__(
+        self, repository: ModelRepository, clock: Clock, *, load_stall_timeout_s: float
+    ) -> None:
         self._repository = repository
         self._clock = clock
         self._load_stall_timeout_s = load_stall_timeout_s
@@ -76,7 +78,11 @@ class Lifecycle:
             return State.DRAINING
         if not self._loading_done:
             entries = self._repository.entries()
-            return State.LOADING if any(e.state is ModelState.LOADING for e in entries) else State.STARTING
+            return (
+                State.LOADING
+                if any(e.state is ModelState.LOADING for e in entries)
+                else State.STARTING
+            )
         return State.DEGRADED if self._readiness_problems() else State.READY
 
     def startup(self) -> HealthReport:

@@ -11,7 +11,9 @@ import httpx
 from tests.support.server import ServerProcess, infer_body, wait_until, write_model
 
 
-def _fire(server: ServerProcess, values: list[float], results: list[httpx.Response | BaseException]) -> threading.Thread:
+def _fire(
+    server: ServerProcess, values: list[float], results: list[httpx.Response | BaseException]
+) -> threading.Thread:
     def run() -> None:
         try:
             with server.client(timeout_s=60) as client:
@@ -27,16 +29,22 @@ def _fire(server: ServerProcess, values: list[float], results: list[httpx.Respon
 def test_sigterm_finishes_running_and_queued_requests_then_exits_zero(tmp_path: Path) -> None:
     running, queued = 2, 3
     write_model(
-        tmp_path, "slow", instance_count=running,
-        parameters={"delay_s": 1.5}, batching={"enabled": False},
+        tmp_path,
+        "slow",
+        instance_count=running,
+        parameters={"delay_s": 1.5},
+        batching={"enabled": False},
     )
     with ServerProcess("--model-repository", str(tmp_path), "--drain-timeout-s", "60") as server:
         wait_until(lambda: server.get("/ready").status_code == 200, what="ready")
         results: list[httpx.Response | BaseException] = []
         threads = [_fire(server, [i, i + 1, i + 2], results) for i in range(running + queued)]
         wait_until(
-            lambda: server.metric("podserve_queue_depth", {"model": "slow"}) == queued
-            and server.metric("podserve_inflight_requests", {"model": "slow"}) == running + queued,
+            lambda: (
+                server.metric("podserve_queue_depth", {"model": "slow"}) == queued
+                and server.metric("podserve_inflight_requests", {"model": "slow"})
+                == running + queued
+            ),
             what="2 running and 3 queued",
         )
         server.send_signal(signal.SIGTERM)
@@ -57,37 +65,57 @@ def test_sigterm_finishes_running_and_queued_requests_then_exits_zero(tmp_path: 
         for result in results:
             assert isinstance(result, httpx.Response), result
             assert result.status_code == 200, result.text
-        outputs = sorted(r.json()["outputs"][0]["data"] for r in results if isinstance(r, httpx.Response))
+        outputs = sorted(
+            r.json()["outputs"][0]["data"] for r in results if isinstance(r, httpx.Response)
+        )
         assert outputs == [[2.0 * i, 2.0 * (i + 1), 2.0 * (i + 2)] for i in range(running + queued)]
         assert server.wait_exit() == 0
         server.wait_log(lambda r: r.get("msg") == "drain complete; exiting")
 
 
 def test_drain_timeout_cuts_and_reports_how_many(tmp_path: Path) -> None:
-    write_model(tmp_path, "slow", parameters={"delay_s": 120}, batching={"enabled": False},
-                limits={"max_batch_time_s": 600}, warmup=False)
+    write_model(
+        tmp_path,
+        "slow",
+        parameters={"delay_s": 120},
+        batching={"enabled": False},
+        limits={"max_batch_time_s": 600},
+        warmup=False,
+    )
     with ServerProcess("--model-repository", str(tmp_path), "--drain-timeout-s", "1") as server:
         wait_until(lambda: server.get("/ready").status_code == 200, what="ready")
         results: list[httpx.Response | BaseException] = []
         _fire(server, [1, 2, 3], results)
         _fire(server, [4, 5, 6], results)
-        wait_until(lambda: server.metric("podserve_inflight_requests", {"model": "slow"}) == 2,
-                   what="two in flight")
+        wait_until(
+            lambda: server.metric("podserve_inflight_requests", {"model": "slow"}) == 2,
+            what="two in flight",
+        )
         server.send_signal(signal.SIGTERM)
         assert server.wait_exit(timeout_s=30) == 1
-        cut = server.wait_log(lambda r: r.get("msg") == "drain timeout expired; cutting in-flight requests")
+        cut = server.wait_log(
+            lambda r: r.get("msg") == "drain timeout expired; cutting in-flight requests"
+        )
         assert cut["cut_requests"] == 2
 
 
 def test_second_signal_exits_at_once(tmp_path: Path) -> None:
-    write_model(tmp_path, "slow", parameters={"delay_s": 120}, batching={"enabled": False},
-                limits={"max_batch_time_s": 600}, warmup=False)
+    write_model(
+        tmp_path,
+        "slow",
+        parameters={"delay_s": 120},
+        batching={"enabled": False},
+        limits={"max_batch_time_s": 600},
+        warmup=False,
+    )
     with ServerProcess("--model-repository", str(tmp_path), "--drain-timeout-s", "300") as server:
         wait_until(lambda: server.get("/ready").status_code == 200, what="ready")
         results: list[httpx.Response | BaseException] = []
         _fire(server, [1, 2, 3], results)
-        wait_until(lambda: server.metric("podserve_inflight_requests", {"model": "slow"}) == 1,
-                   what="one in flight")
+        wait_until(
+            lambda: server.metric("podserve_inflight_requests", {"model": "slow"}) == 1,
+            what="one in flight",
+        )
         server.send_signal(signal.SIGTERM)
         server.wait_log(lambda r: r.get("msg") == "SIGTERM: draining")
         assert server.get("/ready").status_code == 503

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -18,7 +19,9 @@ import httpx
 START_TIMEOUT_S = 60.0
 
 
-def wait_until(predicate: Callable[[], bool], timeout_s: float = 20.0, what: str = "condition") -> None:
+def wait_until(
+    predicate: Callable[[], bool], timeout_s: float = 20.0, what: str = "condition"
+) -> None:
     """Poll a real condition (a probe, a metric, a log line) until it holds."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -44,10 +47,19 @@ class ServerProcess:
     # --- process ---------------------------------------------------------------------
     def start(self) -> ServerProcess:
         cmd = [
-            sys.executable, "-m", "podserve.cli.main", "serve",
-            "--host", "127.0.0.1", "--port", "0",
-            "--grpc-port", "0" if self.grpc else "-1",
-            "--log-format", "json", *self.args,
+            sys.executable,
+            "-m",
+            "podserve.cli.main",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--grpc-port",
+            "0" if self.grpc else "-1",
+            "--log-format",
+            "json",
+            *self.args,
         ]
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=self.env
@@ -60,31 +72,38 @@ class ServerProcess:
         return self
 
     def _read_logs(self) -> None:
-        assert self.proc is not None and self.proc.stderr is not None
+        assert self.proc is not None
+        assert self.proc.stderr is not None
         for raw in self.proc.stderr:
             with self._lock:
                 self.raw_lines.append(raw)
-                try:
+                with contextlib.suppress(json.JSONDecodeError):  # not every line is ours
                     self.logs.append(json.loads(raw))
-                except json.JSONDecodeError:
-                    pass
                 self._lock.notify_all()
 
-    def wait_log(self, predicate: Callable[[dict[str, Any]], bool], timeout_s: float = 20.0) -> dict[str, Any]:
+    def wait_log(
+        self, predicate: Callable[[dict[str, Any]], bool], timeout_s: float = 20.0
+    ) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
         with self._lock:
             while True:
                 for record in self.logs:
                     if predicate(record):
                         return record
-                if self.proc is not None and self.proc.poll() is not None and not self._reader.is_alive():
+                if (
+                    self.proc is not None
+                    and self.proc.poll() is not None
+                    and not self._reader.is_alive()
+                ):
                     raise AssertionError(
                         f"server exited ({self.proc.returncode}) before the log line appeared:\n"
                         + "".join(self.raw_lines[-30:])
                     )
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise AssertionError("log line not seen; last lines:\n" + "".join(self.raw_lines[-30:]))
+                    raise AssertionError(
+                        "log line not seen; last lines:\n" + "".join(self.raw_lines[-30:])
+                    )
                 self._lock.wait(min(remaining, 0.2))
 
     def send_signal(self, sig: signal.Signals) -> None:
@@ -130,7 +149,9 @@ class ServerProcess:
         text = self.get("/metrics").text
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                if sample.name == name and all(sample.labels.get(k) == v for k, v in (labels or {}).items()):
+                if sample.name == name and all(
+                    sample.labels.get(k) == v for k, v in (labels or {}).items()
+                ):
                     return float(sample.value)
         return 0.0
 
@@ -153,4 +174,7 @@ def write_model(root: Path, name: str, *, runtime: str = "fake", **config: Any) 
 
 def infer_body(values: list[float], **extra: Any) -> dict[str, Any]:
     rows = len(values) // 3
-    return {"inputs": [{"name": "x", "shape": [rows, 3], "datatype": "FP32", "data": values}], **extra}
+    return {
+        "inputs": [{"name": "x", "shape": [rows, 3], "datatype": "FP32", "data": values}],
+        **extra,
+    }

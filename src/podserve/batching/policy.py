@@ -135,5 +135,5 @@ class BatchPolicy(Generic[Key]):
             return True
         if self.config.work_conserving or not self.config.enabled:
             return True
-        oldest = self._queue[keys[0]].enqueued_s
-        return now_s - oldest >= self.config.max_queue_delay_s
+        # The same expression as wake_at_s, so a timer firing at that instant dispatches.
+        return now_s >= self._queue[keys[0]].enqueued_s + self.config.max_queue_delay_s

@@ -126,12 +126,7 @@ class AutoscalingAdvice:
 
     def spec_fragment(self) -> str:
         """The `ModelService` autoscaling block, as YAML."""
-        return (
-            f"# {self.reason}\n"
-            "autoscaling:\n"
-            f"  metric: {self.metric}\n"
-            f"  target: {self.target}\n"
-        )
+        return f"# {self.reason}\nautoscaling:\n  metric: {self.metric}\n  target: {self.target}\n"
 
 
 def recommend_autoscaling(
@@ -144,7 +139,7 @@ def recommend_autoscaling(
     """Per-pod target: the in-flight requests (Little's law, as the client saw them) at the
     SLO ceiling — or at the knee when no SLO was given — times `headroom`, so that pods
     are added before the SLO breaks. For `queue-depth`, the requests the server runs at
-    once (`server_slots`: max batch size × instances) are not queued and are subtracted.
+    once (`server_slots`: max batch size x instances) are not queued and are subtracted.
     """
     ceiling = ceiling_level(steps)
     basis, level = ("SLO ceiling", ceiling) if ceiling is not None else ("knee", knee_level(steps))

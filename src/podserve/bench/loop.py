@@ -165,7 +165,9 @@ async def _send(
     return status, meter
 
 
-def _record(recorder: Recorder, start_s: float, status: int, meter: TokenStreamMeter | None) -> None:
+def _record(
+    recorder: Recorder, start_s: float, status: int, meter: TokenStreamMeter | None
+) -> None:
     end_s = time.perf_counter()
     if meter is None:
         recorder.add(start_s, end_s, status)
@@ -298,7 +300,9 @@ async def _run_open(
                 delay_s = scheduled_s - time.perf_counter()
                 if delay_s > 0:
                     await asyncio.sleep(delay_s)
-                task = loop.create_task(one(requests[position % len(requests)], scheduled_s, measured))
+                task = loop.create_task(
+                    one(requests[position % len(requests)], scheduled_s, measured)
+                )
                 position += 1
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)

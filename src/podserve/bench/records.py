@@ -7,6 +7,7 @@ arrays once at the end.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -97,7 +98,7 @@ class Recorder:
         self._ttft.append(ttft_s)
         self._tokens.append(output_tokens)
         if token_times_s and len(token_times_s) > 1:
-            self._itl.extend(b - a for a, b in zip(token_times_s, token_times_s[1:], strict=False))
+            self._itl.extend(b - a for a, b in itertools.pairwise(token_times_s))
         if 200 <= status < 300:
             self.ok_count += 1
 

@@ -4,7 +4,7 @@ goodput under a service-level objective.
 Definitions (as in vLLM's benchmark and DistServe):
 - TTFT: scheduled start to the first token chunk. For a non-streamed response the first
   output is the whole response, so its TTFT is its latency.
-- TPOT: (E2E − TTFT) / (output tokens − 1), per request; 0 for a single token.
+- TPOT: (E2E - TTFT) / (output tokens - 1), per request; 0 for a single token.
 - ITL: the gaps between consecutive token chunks, pooled over all requests.
 - Goodput: successful requests per second that meet *every* SLO constraint.
 - SLO attainment: the fraction of all measured requests (errors included: a 503 does not

@@ -26,13 +26,13 @@ OpenAIApi = Literal["chat", "completions"]
 
 # A small vocabulary of common English words: most tokenizers map each to one token,
 # so a prompt of N words is close to N tokens.
-_WORDS = (
-    "the of and to in is was for on are with as by at be this have from or one had not but "
-    "what all were when we there can an your which their said if do will each about how up "
-    "out them then she many some so these would other into has more her two like him see "
-    "time could no make than first been its who now people my made over did down only way "
-    "find use may water long little very after words called just where most know"
-).split()
+_VOCABULARY = (
+    "the of and to in is was for on are with as by at be this have from or one had not "
+    "but what all were when we there can an your which their said if do will each about "
+    "how up out them then she many some so these would other into has more her two like "
+    "him see time could no make than first been its who now people my made over did down "
+    "only way find use may water long little very after words called just where most know"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +110,7 @@ def _random_tensor(spec: TensorInput, rng: np.random.Generator) -> list[object]:
         values = rng.random(size=shape).astype(np.float32).round(6)
     else:
         values = rng.integers(0, 100, size=shape)
-    flat: list[object] = values.reshape(-1).tolist()
+    flat: list[object] = list(values.reshape(-1).tolist())
     return flat
 
 
@@ -227,11 +227,12 @@ class OpenAIWorkload:
     def bodies(self) -> list[bytes]:
         rng = np.random.default_rng(self.seed)
         n = max(1, self.variants)
+        words = _VOCABULARY.split()
         prompts = self.prompt_tokens.sample(rng, n)
         outputs = self.max_tokens.sample(rng, n)
         bodies = []
         for prompt_len, max_tokens in zip(prompts, outputs, strict=True):
-            text = " ".join(rng.choice(_WORDS, size=prompt_len).tolist())
+            text = " ".join(rng.choice(words, size=prompt_len).tolist())
             body: dict[str, object] = {"model": self.model, "max_tokens": max_tokens}
             if self.api == "chat":
                 body["messages"] = [{"role": "user", "content": text}]
@@ -272,7 +273,9 @@ class FileWorkload:
     def bodies(self) -> list[bytes]:
         text = self.path.read_bytes()
         if self.path.suffix == ".jsonl":
-            items: Sequence[object] = [orjson.loads(line) for line in text.splitlines() if line.strip()]
+            items: Sequence[object] = [
+                orjson.loads(line) for line in text.splitlines() if line.strip()
+            ]
         else:
             loaded = orjson.loads(text)
             items = loaded if isinstance(loaded, list) else [loaded]

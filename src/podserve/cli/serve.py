@@ -26,7 +26,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--config",
         type=Path,
         default=argparse.SUPPRESS,
-        help=f"YAML settings file (env PODSERVE_CONFIG; default {DEFAULT_SETTINGS_FILE} if it exists)",
+        help="YAML settings file "
+        f"(env PODSERVE_CONFIG; default {DEFAULT_SETTINGS_FILE} if it exists)",
     )
     for name, field in ServerSettings.model_fields.items():
         flag = "--" + ("model" if name == "models" else name.replace("_", "-"))
@@ -34,14 +35,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help_text = f"{field.description} [env {env}; default {field.default!r}]"
         kind = _scalar_type(field.annotation)
         if name == "models":
-            parser.add_argument(flag, dest=name, action="append", metavar="NAME=PATH[:runtime]",
-                                default=argparse.SUPPRESS, help=help_text)
+            parser.add_argument(
+                flag,
+                dest=name,
+                action="append",
+                metavar="NAME=PATH[:runtime]",
+                default=argparse.SUPPRESS,
+                help=help_text,
+            )
         elif kind is bool:
-            parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction,
-                                default=argparse.SUPPRESS, help=help_text)
+            parser.add_argument(
+                flag,
+                dest=name,
+                action=argparse.BooleanOptionalAction,
+                default=argparse.SUPPRESS,
+                help=help_text,
+            )
         else:
-            parser.add_argument(flag, dest=name, default=argparse.SUPPRESS, help=help_text,
-                                metavar=name.upper())
+            parser.add_argument(
+                flag, dest=name, default=argparse.SUPPRESS, help=help_text, metavar=name.upper()
+            )
     parser.set_defaults(run=_run)
 
 
@@ -54,12 +67,14 @@ def _scalar_type(annotation: Any) -> Any:
 
 def settings_from_args(args: argparse.Namespace) -> ServerSettings:
     flags = {
-        name: getattr(args, name)
-        for name in ServerSettings.model_fields
-        if hasattr(args, name)
+        name: getattr(args, name) for name in ServerSettings.model_fields if hasattr(args, name)
     }
     config = getattr(args, "config", None) or os.environ.get("PODSERVE_CONFIG")
-    path = Path(config) if config else (DEFAULT_SETTINGS_FILE if DEFAULT_SETTINGS_FILE.is_file() else None)
+    path = (
+        Path(config)
+        if config
+        else (DEFAULT_SETTINGS_FILE if DEFAULT_SETTINGS_FILE.is_file() else None)
+    )
     if path is not None and not path.is_file():
         raise SystemExit(f"podserve serve: settings file {path} does not exist")
     return ServerSettings.build(flags, path)

@@ -60,7 +60,8 @@ class BatchingConfig(_Strict):
         for size in self.preferred_batch_sizes:
             if not 1 <= size <= self.max_batch_size:
                 raise ValueError(
-                    f"preferred batch size {size} is outside 1..max_batch_size={self.max_batch_size}"
+                    f"preferred batch size {size} is outside "
+                    f"1..max_batch_size={self.max_batch_size}"
                 )
         return self
 

@@ -34,10 +34,20 @@ KIND = "ModelService"
 # person writes: a decimal number with an optional binary or decimal suffix.
 _QUANTITY = re.compile(r"^(?P<num>[0-9]+(\.[0-9]+)?)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
 _FACTORS = {
-    "": Decimal(1), "m": Decimal("0.001"), "k": Decimal(10) ** 3, "M": Decimal(10) ** 6,
-    "G": Decimal(10) ** 9, "T": Decimal(10) ** 12, "P": Decimal(10) ** 15, "E": Decimal(10) ** 18,
-    "Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30,
-    "Ti": Decimal(2) ** 40, "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60,
+    "": Decimal(1),
+    "m": Decimal("0.001"),
+    "k": Decimal(10) ** 3,
+    "M": Decimal(10) ** 6,
+    "G": Decimal(10) ** 9,
+    "T": Decimal(10) ** 12,
+    "P": Decimal(10) ** 15,
+    "E": Decimal(10) ** 18,
+    "Ki": Decimal(2) ** 10,
+    "Mi": Decimal(2) ** 20,
+    "Gi": Decimal(2) ** 30,
+    "Ti": Decimal(2) ** 40,
+    "Pi": Decimal(2) ** 50,
+    "Ei": Decimal(2) ** 60,
 }
 _DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 _DIGEST = r"^sha256:[0-9a-f]{64}$"
@@ -106,7 +116,7 @@ class ModelSource(_Spec):
         gt=0,
         le=86400,
         description="Observed time from container start to /startup = 200 (the server logs and "
-        "exports it). Sets the startup-probe budget (× 1.5) and the scale-down window.",
+        "exports it). Sets the startup-probe budget (x 1.5) and the scale-down window.",
     )
     size_gi: float | None = Field(
         None, gt=0, description="Size of the weights in GiB; sizes a cache PVC."
@@ -119,8 +129,9 @@ class ModelSource(_Spec):
 
 class Image(_Spec):
     repository: str = Field("ghcr.io/podserve/podserve", description="Server image repository.")
-    tag: str = Field("0.1.0", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$",
-                     description="Image tag.")
+    tag: str = Field(
+        "0.1.0", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$", description="Image tag."
+    )
     digest: str | None = Field(
         None, pattern=_DIGEST, description="Pin the image by digest (recommended)."
     )
@@ -179,8 +190,10 @@ class Gpu(_Spec):
     @model_validator(mode="after")
     def _slices(self) -> Gpu:
         if self.time_slicing and self.count != 1:
-            raise ValueError("gpu.timeSlicing needs gpu.count 1: a pod asking for several "
-                             "slices gets no more compute, only more contention")
+            raise ValueError(
+                "gpu.timeSlicing needs gpu.count 1: a pod asking for several "
+                "slices gets no more compute, only more contention"
+            )
         return self
 
 
@@ -218,7 +231,9 @@ class Serving(_Spec):
         None, ge=1, description="Longest prompt + max_tokens accepted (generative models)."
     )
     longest_request_seconds: float = Field(
-        60.0, gt=0, le=3600,
+        60.0,
+        gt=0,
+        le=3600,
         description="Longest request the service allows; the drain and grace period cover it.",
     )
 
@@ -269,8 +284,10 @@ class Autoscaling(_Spec):
         None, description="Demand query that wakes the service from zero."
     )
     scale_down_stabilization_seconds: int | None = Field(
-        None, ge=0, le=3600,
-        description="Scale-down window; default max(600, 2 × load seconds), at most 3600.",
+        None,
+        ge=0,
+        le=3600,
+        description="Scale-down window; default max(600, 2 x load seconds), at most 3600.",
     )
     prometheus_address: str = Field(
         "http://prometheus-operated.monitoring.svc:9090",
@@ -399,11 +416,14 @@ class Capacity(_Spec):
 
 class ColdStart(_Spec):
     pre_pull: bool = Field(
-        False, description="DaemonSet that pulls the image (and fetches a hostPath cache) on "
-        "every GPU node before a pod needs it."
+        False,
+        description="DaemonSet that pulls the image (and fetches a hostPath cache) on "
+        "every GPU node before a pod needs it.",
     )
     headroom_pods: int = Field(
-        0, ge=0, le=64,
+        0,
+        ge=0,
+        le=64,
         description="Low-priority pause pods holding GPUs, preempted by a surge or scale-up.",
     )
 
@@ -417,7 +437,9 @@ class Monitoring(_Spec):
 
 class Timing(_Spec):
     pre_stop_seconds: int = Field(
-        10, ge=1, le=120,
+        10,
+        ge=1,
+        le=120,
         description="Sleep before SIGTERM so endpoint removal reaches every load balancer.",
     )
     margin_seconds: int = Field(
@@ -470,28 +492,36 @@ class ModelServiceSpec(_Spec):
             if scaling.scale_to_zero != (bounds.min == 0):
                 raise ValueError("autoscaling.scaleToZero and replicas.min: 0 go together")
             if scaling.scale_to_zero and scaling.engine is not ScalingEngine.KEDA:
-                raise ValueError("scale to zero needs engine keda (HPAScaleToZero is alpha, "
-                                 "off by default)")
+                raise ValueError(
+                    "scale to zero needs engine keda (HPAScaleToZero is alpha, off by default)"
+                )
             if scaling.scale_to_zero and scaling.activation is None:
-                raise ValueError("scaleToZero needs autoscaling.activation: at zero replicas no "
-                                 "pod exports the metric that would wake the service")
+                raise ValueError(
+                    "scaleToZero needs autoscaling.activation: at zero replicas no "
+                    "pod exports the metric that would wake the service"
+                )
             if scaling.metric is ScalingMetric.TTFT_P95 and not self.model.generative:
                 raise ValueError("metric ttft-p95 needs model.generative: true")
-            if (scaling.metric is ScalingMetric.CPU and self.gpu.count > 0
-                    and not scaling.force_cpu):
-                raise ValueError("CPU utilization does not track a GPU model's load; use "
-                                 "queue-depth, or set autoscaling.forceCpu: true")
+            if scaling.metric is ScalingMetric.CPU and self.gpu.count > 0 and not scaling.force_cpu:
+                raise ValueError(
+                    "CPU utilization does not track a GPU model's load; use "
+                    "queue-depth, or set autoscaling.forceCpu: true"
+                )
             window = scaling.scale_down_stabilization_seconds
             if window is not None and window <= self.model.load_seconds:
-                raise ValueError("autoscaling.scaleDownStabilizationSeconds must exceed "
-                                 "model.loadSeconds, or a replica is removed before a new one "
-                                 "could replace it")
+                raise ValueError(
+                    "autoscaling.scaleDownStabilizationSeconds must exceed "
+                    "model.loadSeconds, or a replica is removed before a new one "
+                    "could replace it"
+                )
         elif bounds.min == 0:
             raise ValueError("replicas.min 0 needs autoscaling with scaleToZero")
         given = self.disruption.min_available
         if given is not None and bounds.min > 0 and given >= bounds.min:
-            raise ValueError("disruption.minAvailable must be below replicas.min, or no node "
-                             "drain can ever evict a pod")
+            raise ValueError(
+                "disruption.minAvailable must be below replicas.min, or no node "
+                "drain can ever evict a pod"
+            )
         if self.inference_pool is not None and self.gateway is None:
             raise ValueError("inferencePool needs a gateway to route to it")
         if self.canary is not None and self.gateway is None:
@@ -500,11 +530,15 @@ class ModelServiceSpec(_Spec):
             if self.cache.claim_name is None:
                 raise ValueError("cache.kind pvc on a Deployment needs cache.claimName")
             if not self.cache.read_write_many:
-                raise ValueError("a ReadWriteOnce claim cannot be shared by replicas or a surge "
-                                 "pod (Multi-Attach); use readWriteMany, hostPath, or a "
-                                 "StatefulSet with one claim per replica")
-        if self.cache.kind == "pvc" and self.workload == "StatefulSet" and (
-            self.cache.size is None and self.model.size_gi is None
+                raise ValueError(
+                    "a ReadWriteOnce claim cannot be shared by replicas or a surge "
+                    "pod (Multi-Attach); use readWriteMany, hostPath, or a "
+                    "StatefulSet with one claim per replica"
+                )
+        if (
+            self.cache.kind == "pvc"
+            and self.workload == "StatefulSet"
+            and (self.cache.size is None and self.model.size_gi is None)
         ):
             raise ValueError("per-replica cache claims need cache.size or model.sizeGi")
         if self.cold_start.headroom_pods and self.gpu.count == 0:

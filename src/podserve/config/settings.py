@@ -44,8 +44,15 @@ class ServerSettings(BaseSettings):
     )
 
     host: str = Field("127.0.0.1", description="HTTP listen address.")
-    port: int = Field(8000, ge=0, le=65535, description="HTTP port (OIP v2, OpenAI, probes, /metrics); 0 picks a free one.")
-    grpc_port: int = Field(8001, ge=-1, le=65535, description="gRPC port; -1 turns gRPC off, 0 picks a free one.")
+    port: int = Field(
+        8000,
+        ge=0,
+        le=65535,
+        description="HTTP port (OIP v2, OpenAI, probes, /metrics); 0 picks a free one.",
+    )
+    grpc_port: int = Field(
+        8001, ge=-1, le=65535, description="gRPC port; -1 turns gRPC off, 0 picks a free one."
+    )
     model_repository: Path | None = Field(
         None, description="Directory of models, one sub-directory with a model.yaml each."
     )
@@ -61,10 +68,16 @@ class ServerSettings(BaseSettings):
         64 * 1024 * 1024, ge=1024, description="Largest request body accepted before 413."
     )
     ready_high_watermark: float = Field(
-        0.9, gt=0, le=1, description="Readiness fails when a queue is fuller than this fraction of max_queue."
+        0.9,
+        gt=0,
+        le=1,
+        description="Readiness fails when a queue is fuller than this fraction of max_queue.",
     )
     ready_low_watermark: float = Field(
-        0.5, ge=0, lt=1, description="Readiness recovers when every queue is back below this fraction."
+        0.5,
+        ge=0,
+        lt=1,
+        description="Readiness recovers when every queue is back below this fraction.",
     )
     drain_timeout_s: float = Field(
         25.0, ge=0, description="Longest drain after SIGTERM before in-flight requests are cut."
@@ -79,7 +92,10 @@ class ServerSettings(BaseSettings):
     log_format: Literal["json", "console"] = Field("json", description="Log line format.")
     log_level: str = Field("INFO", description="Log level (DEBUG, INFO, WARNING, ERROR).")
     access_log_sample_rate: float = Field(
-        1.0, ge=0, le=1, description="Fraction of requests that get an access-log line (0 turns them off)."
+        1.0,
+        ge=0,
+        le=1,
+        description="Fraction of requests that get an access-log line (0 turns them off).",
     )
 
     @field_validator("models", mode="before")

@@ -52,8 +52,12 @@ class ModelNotReady(Unavailable):
 class Draining(Unavailable):
     """The server received SIGTERM and takes no new work."""
 
-    def __init__(self, message: str = "server is draining after SIGTERM; retry on another replica",
-                 *, retry_after_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        message: str = "server is draining after SIGTERM; retry on another replica",
+        *,
+        retry_after_s: float = 1.0,
+    ) -> None:
         super().__init__(message, reason="draining", retry_after_s=retry_after_s)
 
 

@@ -56,7 +56,9 @@ class Datatype(enum.StrEnum):
         try:
             return _FROM_NUMPY[np.dtype(dtype)]
         except KeyError:
-            raise InvalidInput(f"numpy dtype {dtype} has no Open Inference Protocol datatype") from None
+            raise InvalidInput(
+                f"numpy dtype {dtype} has no Open Inference Protocol datatype"
+            ) from None
 
 
 _TO_NUMPY: dict[Datatype, np.dtype[Any]] = {
@@ -74,7 +76,9 @@ _TO_NUMPY: dict[Datatype, np.dtype[Any]] = {
     Datatype.FP64: np.dtype(np.float64),
     Datatype.BYTES: np.dtype(object),
 }
-_FROM_NUMPY: dict[np.dtype[Any], Datatype] = {v: k for k, v in _TO_NUMPY.items() if k is not Datatype.BYTES}
+_FROM_NUMPY: dict[np.dtype[Any], Datatype] = {
+    v: k for k, v in _TO_NUMPY.items() if k is not Datatype.BYTES
+}
 
 
 @dataclass(frozen=True, slots=True)

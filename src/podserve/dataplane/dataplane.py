@@ -94,7 +94,9 @@ class DataPlane:
             timeout_s = _positive_float(header_timeout_ms, "x-request-timeout-ms header") / 1000
         else:
             with contextlib.suppress(ModelNotFound):
-                timeout_s = self.repository.entry(request.model_name).config.limits.default_timeout_s
+                timeout_s = self.repository.entry(
+                    request.model_name
+                ).config.limits.default_timeout_s
             timeout_s = timeout_s or self.settings.default_timeout_s
         if request.deadline_s is not None:
             # A transport deadline (gRPC) is already absolute; keep the earlier of both.

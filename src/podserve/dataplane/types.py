@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from podserve.core.health import HealthReport
 from podserve.core.tensors import TensorSpec
 
-
-@dataclass(frozen=True, slots=True)
-class HealthReport:
-    """An answer to a probe: ok, and when not, every reason that failed."""
-
-    ok: bool
-    state: str
-    reasons: tuple[str, ...] = ()
-    details: dict[str, object] = field(default_factory=dict)
+__all__ = ["HealthReport", "ModelMetadata", "RepositoryEntry", "ServerMetadata"]
 
 
 @dataclass(frozen=True, slots=True)

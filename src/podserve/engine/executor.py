@@ -25,7 +25,9 @@ Done = Callable[[Any, BaseException | None], None]
 
 
 class WorkerThreads:
-    def __init__(self, name: str, count: int, clock: Clock, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, name: str, count: int, clock: Clock, loop: asyncio.AbstractEventLoop
+    ) -> None:
         self._clock = clock
         self._loop = loop
         self._jobs: queue.SimpleQueue[tuple[Job, Done] | None] = queue.SimpleQueue()

@@ -139,9 +139,7 @@ class ModelWorker:
         now = self._clock.now_s()
         pending = _Pending(key, request, self._loop.create_future(), rows, now)
         if request.deadline_s is not None:
-            pending.expiry = self._loop.call_later(
-                request.deadline_s - now, self._expire, key
-            )
+            pending.expiry = self._loop.call_later(request.deadline_s - now, self._expire, key)
         self._pending[key] = pending
         self._policy.add(key, rows, now)
         self._inflight += 1
@@ -235,11 +233,13 @@ class ModelWorker:
         self._arm_wake()
 
     def _arm_wake(self) -> None:
+        """Wake up when the oldest request's delay expires. Only with an idle worker:
+        while all are busy, the next completion pumps anyway, and a timer would spin."""
         wake_at = self._policy.wake_at_s()
         if self._wake is not None:
             self._wake.cancel()
             self._wake = None
-        if wake_at is not None:
+        if wake_at is not None and self._idle > 0:
             delay = max(0.0, wake_at - self._clock.now_s())
             self._wake = self._loop.call_later(delay, self._pump)
 
@@ -341,9 +341,7 @@ class ModelWorker:
             self._metrics.device_errors.inc()
         if isinstance(exc, PodserveError):
             return exc
-        log.warning(
-            "model %s raised", stage, extra={"model": self.name, "error": repr(exc)}
-        )
+        log.warning("model %s raised", stage, extra={"model": self.name, "error": repr(exc)})
         return InferenceFailed(f"model {self.name!r} failed in {stage}: {exc}")
 
 

@@ -24,8 +24,11 @@ SPOT_POOLS: dict[str, SpotPool] = {
     "eks": SpotPool("eks", "eks.amazonaws.com/capacityType", "SPOT", None, 120),
     "karpenter": SpotPool("karpenter", "karpenter.sh/capacity-type", "spot", None, 120),
     "aks": SpotPool(
-        "aks", "kubernetes.azure.com/scalesetpriority", "spot",
-        "kubernetes.azure.com/scalesetpriority", 30,
+        "aks",
+        "kubernetes.azure.com/scalesetpriority",
+        "spot",
+        "kubernetes.azure.com/scalesetpriority",
+        30,
     ),
 }
 # GKE's legacy preemptible VMs use their own label; the notice is the same 30 s.

@@ -10,7 +10,6 @@ from decimal import Decimal
 
 from podserve.config.model_service import (
     ModelServiceSpec,
-    ScalingEngine,
     ScalingMetric,
     quantity_value,
 )
@@ -30,7 +29,6 @@ _GI = Decimal(2) ** 30
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    startup_failure_threshold: int
     pre_stop_s: int
     drain_timeout_s: int
     grace_period_s: int
@@ -45,13 +43,9 @@ class Plan:
     spot: SpotPool
     warnings: tuple[str, ...]
 
-    @property
-    def startup_budget_s(self) -> int:
-        return self.startup_failure_threshold * STARTUP_PERIOD_S
-
 
 def startup_failure_threshold(load_seconds: float) -> int:
-    """failureThreshold so that threshold × period ≥ 1.5 × the observed load time."""
+    """failureThreshold so that threshold x period ≥ 1.5 x the observed load time."""
     return max(1, math.ceil(load_seconds * STARTUP_BUDGET_FACTOR / STARTUP_PERIOD_S))
 
 
@@ -83,9 +77,7 @@ def make_plan(spec: ModelServiceSpec) -> Plan:
     grace = pre_stop + drain + spec.timing.margin_seconds
     memory = quantity_value(spec.resources.memory) + quantity_value(spec.resources.shm)
     cpu = quantity_value(spec.resources.cpu)
-    cpu_limit = (
-        quantity_value(spec.resources.cpu_limit) if spec.resources.cpu_limit else cpu * 2
-    )
+    cpu_limit = quantity_value(spec.resources.cpu_limit) if spec.resources.cpu_limit else cpu * 2
     spare = (
         spec.rollout.spare_gpu
         if spec.rollout.spare_gpu is not None
@@ -115,18 +107,12 @@ def make_plan(spec: ModelServiceSpec) -> Plan:
                 f"scale-down window {window}s is not longer than the {spec.model.load_seconds}s "
                 "load time (capped at 3600s by the API)"
             )
-        if scaling.engine is ScalingEngine.HPA and scaling.metric is not ScalingMetric.CPU:
-            warnings.append(
-                "HPA on a custom metric needs Prometheus Adapter: merge the rendered "
-                "<name>-adapter-rules ConfigMap into its rules"
-            )
     if spec.cache.kind == "hostPath" and not spec.cold_start.pre_pull:
         warnings.append(
             f"hostPath cache {spec.cache.host_path} must be writable by uid 10001 on every "
             "node; enable coldStart.prePull to have a DaemonSet prepare it"
         )
     return Plan(
-        startup_failure_threshold=startup_failure_threshold(spec.model.load_seconds),
         pre_stop_s=pre_stop,
         drain_timeout_s=drain,
         grace_period_s=grace,

@@ -19,7 +19,10 @@ import orjson
 
 # Standard LogRecord attributes, plus uvicorn's terminal colouring, are not "extra" fields.
 _RESERVED = set(vars(logging.makeLogRecord({}))) | {
-    "message", "asctime", "taskName", "color_message",
+    "message",
+    "asctime",
+    "taskName",
+    "color_message",
 }
 
 
@@ -42,11 +45,11 @@ class JsonFormatter(logging.Formatter):
 
 class ConsoleFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        extras = " ".join(
-            f"{k}={v}" for k, v in vars(record).items() if k not in _RESERVED
+        extras = " ".join(f"{k}={v}" for k, v in vars(record).items() if k not in _RESERVED)
+        base = (
+            f"{time.strftime('%H:%M:%S', time.localtime(record.created))} "
+            f"{record.levelname:<7} {record.name}: {record.getMessage()}"
         )
-        base = f"{time.strftime('%H:%M:%S', time.localtime(record.created))} " \
-               f"{record.levelname:<7} {record.name}: {record.getMessage()}"
         text = f"{base}  {extras}" if extras else base
         if record.exc_info:
             text += "\n" + self.formatException(record.exc_info)

@@ -50,7 +50,8 @@ def load_class_from_directory(directory: Path, path: str) -> object:
     file = _module_file(directory, module_name)
     if file is None:
         raise ModelLoadFailed(
-            f"model_class {path!r}: {directory} has no {module_name}.py or {module_name}/__init__.py"
+            f"model_class {path!r}: {directory} has no {module_name}.py "
+            f"or {module_name}/__init__.py"
         )
     unique = _unique_name(directory, module_name)
     # Drop what an earlier load of this directory left behind, submodules included, so

@@ -23,6 +23,7 @@ import numpy as np
 
 from podserve.core.errors import ModelLoadFailed
 from podserve.core.tensors import Datatype, TensorSpec
+from podserve.core.types import Array
 from podserve.runtimes.base import LoadContext, ModelAPI, Payload
 
 # onnxruntime's NodeArg.type strings for tensors -> OIP datatypes.
@@ -153,16 +154,14 @@ def _shape(dims: Sequence[object] | None) -> tuple[int, ...]:
     return tuple(d if isinstance(d, int) and d >= 0 else -1 for d in dims or ())
 
 
-def _decode(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    return np.vectorize(lambda v: v.decode() if isinstance(v, bytes) else str(v), otypes=[object])(
-        array
-    )
+def _decode(array: Array) -> Array:
+    flat = [v.decode() if isinstance(v, bytes) else str(v) for v in array.ravel()]
+    return np.array(flat, dtype=object).reshape(array.shape)
 
 
-def _encode(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    return np.vectorize(lambda v: v if isinstance(v, bytes) else str(v).encode(), otypes=[object])(
-        array
-    )
+def _encode(array: Array) -> Array:
+    flat = [v if isinstance(v, bytes) else str(v).encode() for v in array.ravel()]
+    return np.array(flat, dtype=object).reshape(array.shape)
 
 
 def _providers(value: object) -> list[str]:

@@ -7,6 +7,7 @@ import importlib
 from podserve.config.model_config import ModelConfig
 from podserve.core.errors import ModelLoadFailed
 from podserve.runtimes.base import ModelAPI
+from podserve.runtimes.custom import import_model_class
 
 _BUILTIN: dict[str, str] = {
     "fake": "podserve.runtimes.fake:FakeModel",
@@ -50,7 +51,12 @@ def create_model(config: ModelConfig) -> ModelAPI:
                 f"model {config.name!r}: unknown runtime {config.runtime!r}; "
                 f"known: {', '.join(known_runtimes())}"
             ) from None
-    cls = import_object(path)
+    if config.runtime == "custom":
+        # User code ships in the model directory (module.py beside model.yaml) or as an
+        # installed package; see podserve.runtimes.custom.
+        cls = import_model_class(path, config.directory)
+    else:
+        cls = import_object(path)
     if not (isinstance(cls, type) and issubclass(cls, ModelAPI)):
         raise ModelLoadFailed(f"{path} is not a subclass of podserve.runtimes.ModelAPI")
     instance = cls()

@@ -52,10 +52,14 @@ class App:
         self._v2 = V2Routes(dataplane)
         probe = {
             "/startup": health.startup,
-            "/healthz": health.live, "/livez": health.live,
-            "/v2/health/live": health.live, "/v1/health/live": health.live,
-            "/ready": health.ready, "/readyz": health.ready,
-            "/v2/health/ready": health.ready, "/v1/health/ready": health.ready,
+            "/healthz": health.live,
+            "/livez": health.live,
+            "/v2/health/live": health.live,
+            "/v1/health/live": health.live,
+            "/ready": health.ready,
+            "/readyz": health.ready,
+            "/v2/health/ready": health.ready,
+            "/v1/health/ready": health.ready,
             "/metrics": health.metrics,
             "/v2": self._v2.server_metadata,
         }
@@ -79,14 +83,15 @@ class App:
         if route is None:
             allowed = ", ".join(sorted(table))
             return json_response(
-                405, {"error": f"method {method} not allowed on {path}; use {allowed}"},
+                405,
+                {"error": f"method {method} not allowed on {path}; use {allowed}"},
                 [(b"allow", allowed.encode())],
             )
         return route, params, model
 
     def _dynamic(self, path: str) -> tuple[dict[str, Route] | None, dict[str, str], str]:
         if path.startswith("/v2/models/"):
-            parts = path[len("/v2/models/"):].split("/")
+            parts = path[len("/v2/models/") :].split("/")
             model, rest = parts[0], parts[1:]
             params: dict[str, str] = {}
             if len(rest) >= 2 and rest[0] == "versions":
@@ -101,7 +106,7 @@ class App:
             if rest == ["infer"]:
                 return {"POST": Route(self._v2.infer, inference=True)}, params, model
         elif path.startswith("/v2/repository/models/"):
-            parts = path[len("/v2/repository/models/"):].split("/")
+            parts = path[len("/v2/repository/models/") :].split("/")
             if len(parts) == 2 and parts[0]:
                 if parts[1] == "load":
                     return {"POST": Route(self._v2.load)}, {}, parts[0]

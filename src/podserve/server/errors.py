@@ -14,8 +14,8 @@ from podserve.core.errors import (
     ModelNotFound,
     PayloadTooLarge,
     PodserveError,
-    UnprocessableInput,
     Unavailable,
+    UnprocessableInput,
 )
 from podserve.server.http import Response, json_response
 
@@ -47,9 +47,14 @@ def error_response(error: PodserveError) -> Response:
 def openai_error_response(error: PodserveError) -> Response:
     """OpenAI's error object, for /v1/* routes."""
     status = status_of(error)
-    kind = {400: "invalid_request_error", 404: "not_found_error", 413: "invalid_request_error",
-            422: "invalid_request_error", 503: "service_unavailable", 504: "timeout"}.get(
-        status, "server_error")
+    kind = {
+        400: "invalid_request_error",
+        404: "not_found_error",
+        413: "invalid_request_error",
+        422: "invalid_request_error",
+        503: "service_unavailable",
+        504: "timeout",
+    }.get(status, "server_error")
     body = {"error": {"message": error.message, "type": kind, "param": None, "code": status}}
     return json_response(status, body, _headers_for(error))
 

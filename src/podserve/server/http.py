@@ -31,8 +31,12 @@ class Response:
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
 
 
-def json_response(status: int, payload: object, headers: list[tuple[bytes, bytes]] | None = None) -> Response:
-    return Response(status, orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY), JSON, headers or [])
+def json_response(
+    status: int, payload: object, headers: list[tuple[bytes, bytes]] | None = None
+) -> Response:
+    return Response(
+        status, orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY), JSON, headers or []
+    )
 
 
 @dataclass(slots=True)

@@ -61,8 +61,12 @@ def build_dataplane(settings: ServerSettings, loop: asyncio.AbstractEventLoop) -
             ready_low_watermark=settings.ready_low_watermark,
         )
         return ModelWorker(
-            config=config, model=model, limits=limits,
-            metrics=metrics.for_model(config.name), clock=MONOTONIC, loop=loop,
+            config=config,
+            model=model,
+            limits=limits,
+            metrics=metrics.for_model(config.name),
+            clock=MONOTONIC,
+            loop=loop,
         )
 
     def on_loaded(entry: ModelEntry) -> None:
@@ -76,7 +80,10 @@ def build_dataplane(settings: ServerSettings, loop: asyncio.AbstractEventLoop) -
     )
     lifecycle = Lifecycle(repository, MONOTONIC, load_stall_timeout_s=settings.load_stall_timeout_s)
     return DataPlane(
-        settings=settings, repository=repository, lifecycle=lifecycle, metrics=metrics,
+        settings=settings,
+        repository=repository,
+        lifecycle=lifecycle,
+        metrics=metrics,
         clock=MONOTONIC,
     )
 
@@ -116,8 +123,10 @@ async def serve(
     async def drain() -> None:
         nonlocal exit_code
         inflight = lifecycle.inflight
-        log.info("SIGTERM: draining", extra={"inflight": inflight,
-                                              "drain_timeout_s": settings.drain_timeout_s})
+        log.info(
+            "SIGTERM: draining",
+            extra={"inflight": inflight, "drain_timeout_s": settings.drain_timeout_s},
+        )
         try:
             await asyncio.wait_for(lifecycle.wait_empty(), timeout=settings.drain_timeout_s)
             log.info("drain complete; exiting")
@@ -160,13 +169,11 @@ async def serve(
         finally:
             lifecycle.loading_finished()
 
-    serve_task = asyncio.ensure_future(server.serve())
-    while not server.started and not serve_task.done():
-        await asyncio.sleep(0.01)
-    if serve_task.done():
-        serve_task.result()
-        return 1
-    http_port = server.servers[0].sockets[0].getsockname()[1]
+    # Bind before serving, so the port (even an ephemeral one) is known and connections
+    # queue in the backlog from this moment.
+    sock = config.bind_socket()
+    http_port = sock.getsockname()[1]
+    serve_task = asyncio.ensure_future(server.serve(sockets=[sock]))
     listening = Listening(http_port=http_port, grpc_port=grpc_port)
     log.info("podserve listening", extra={"http_port": http_port, "grpc_port": grpc_port})
     if on_listening is not None:

@@ -166,8 +166,10 @@ class ModelCache:
             "source": key.source,
             "fetched_at_unix_s": time.time(),  # wall time, for people reading the file
             "total_size_bytes": manifest.total_size_bytes,
-            "files": [{"path": e.path, "size_bytes": e.size_bytes, "sha256": e.sha256}
-                      for e in manifest.entries],
+            "files": [
+                {"path": e.path, "size_bytes": e.size_bytes, "sha256": e.sha256}
+                for e in manifest.entries
+            ],
         }
         manifest_tmp = self.tmp_dir / f"{key.staging_name}.manifest.json"
         manifest_tmp.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))

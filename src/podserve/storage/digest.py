@@ -132,8 +132,9 @@ def verify(root: Path, expected: Digest, *, where: str | None = None) -> Manifes
     """The manifest of `root`, or DigestMismatch when it does not hash to `expected`."""
     manifest = compute_manifest(root)
     if manifest.digest != expected:
-        raise DigestMismatch(expected=str(expected), actual=str(manifest.digest),
-                             where=where or str(root))
+        raise DigestMismatch(
+            expected=str(expected), actual=str(manifest.digest), where=where or str(root)
+        )
     return manifest
 
 

@@ -75,8 +75,9 @@ class JsonLinesProgress:
     """One JSON object a line. Byte counts are throttled to one line per file per
     `interval_s`, so a multi-GB download does not flood the pod's log."""
 
-    def __init__(self, stream: IO[str], *, interval_s: float = 1.0,
-                 clock: Clock = MONOTONIC) -> None:
+    def __init__(
+        self, stream: IO[str], *, interval_s: float = 1.0, clock: Clock = MONOTONIC
+    ) -> None:
         self._stream = stream
         self._interval_s = interval_s
         self._clock = clock
@@ -95,20 +96,31 @@ class JsonLinesProgress:
         self._done[name] = resumed_bytes
         self._total[name] = total_bytes
         self._last_emit_s[name] = self._clock.now_s()
-        self._emit({"event": "file_started", "file": name, "total_bytes": total_bytes,
-                    "resumed_bytes": resumed_bytes})
+        self._emit(
+            {
+                "event": "file_started",
+                "file": name,
+                "total_bytes": total_bytes,
+                "resumed_bytes": resumed_bytes,
+            }
+        )
 
     def file_advanced(self, name: str, n_bytes: int) -> None:
         self._done[name] = self._done.get(name, 0) + n_bytes
         now_s = self._clock.now_s()
         if now_s - self._last_emit_s.get(name, now_s) >= self._interval_s:
             self._last_emit_s[name] = now_s
-            self._emit({"event": "progress", "file": name, "done_bytes": self._done[name],
-                        "total_bytes": self._total.get(name)})
+            self._emit(
+                {
+                    "event": "progress",
+                    "file": name,
+                    "done_bytes": self._done[name],
+                    "total_bytes": self._total.get(name),
+                }
+            )
 
     def file_finished(self, name: str) -> None:
-        self._emit({"event": "file_finished", "file": name,
-                    "done_bytes": self._done.pop(name, 0)})
+        self._emit({"event": "file_finished", "file": name, "done_bytes": self._done.pop(name, 0)})
         self._total.pop(name, None)
         self._last_emit_s.pop(name, None)
 
@@ -122,15 +134,20 @@ class RichProgress:
     def __init__(self, console: Console | None = None) -> None:
         self._console = console or Console(stderr=True)
         self._bar = RichBar(
-            TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-            TransferSpeedColumn(), TimeRemainingColumn(), console=self._console,
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=self._console,
         )
         self._tasks: dict[str, TaskID] = {}
         self._bar.start()
 
     def phase(self, phase: Phase, detail: str) -> None:
-        self._bar.console.print(f"[bold]{phase.value.replace('_', ' ')}[/bold] {detail}",
-                                markup=True, highlight=False)
+        self._bar.console.print(
+            f"[bold]{phase.value.replace('_', ' ')}[/bold] {detail}", markup=True, highlight=False
+        )
 
     def file_started(self, name: str, total_bytes: int | None, resumed_bytes: int) -> None:
         self._tasks[name] = self._bar.add_task(name, total=total_bytes, completed=resumed_bytes)

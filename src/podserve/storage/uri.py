@@ -117,9 +117,10 @@ def parse_model_uri(text: str, *, digest: str | Digest | None = None) -> ModelUR
         scheme = Scheme(name)
     except ValueError:
         known = ", ".join(f"{s.value}://" for s in Scheme)
-        raise InvalidModelURI(f"unsupported URI scheme {name}:// in {text!r}; use {known} "
-                              "or a local path") from None
-    rest = raw[scheme_match.end():]
+        raise InvalidModelURI(
+            f"unsupported URI scheme {name}:// in {text!r}; use {known} or a local path"
+        ) from None
+    rest = raw[scheme_match.end() :]
     if scheme is Scheme.FILE:
         return _parse_file(raw, pinned)
     if scheme in (Scheme.HTTP, Scheme.HTTPS):

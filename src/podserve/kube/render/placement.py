@@ -20,17 +20,16 @@ def gpu_tolerations(spec: ModelServiceSpec) -> list[dict[str, Any]]:
 def spot_tolerations(pool: SpotPool) -> list[dict[str, Any]]:
     if pool.taint_key is None:
         return []
-    return [{"key": pool.taint_key, "operator": "Equal", "value": pool.value,
-             "effect": "NoSchedule"}]
+    return [
+        {"key": pool.taint_key, "operator": "Equal", "value": pool.value, "effect": "NoSchedule"}
+    ]
 
 
 def node_selector(spec: ModelServiceSpec) -> dict[str, str]:
     gpu = spec.gpu
     if gpu.count == 0:
         return {}
-    selector = (
-        {gpu.product_label: gpu.product} if gpu.product else {gpu.present_label: "true"}
-    )
+    selector = {gpu.product_label: gpu.product} if gpu.product else {gpu.present_label: "true"}
     if gpu.time_slicing:
         # GPU feature discovery labels time-sliced nodes; an unshared node must not take
         # a pod sized for a slice, nor the reverse.
@@ -44,12 +43,16 @@ def capacity_affinity(pool: SpotPool, *, prefer_spot: bool) -> dict[str, Any]:
     operator = "In" if prefer_spot else "NotIn"
     return {
         "nodeAffinity": {
-            "preferredDuringSchedulingIgnoredDuringExecution": [{
-                "weight": 100,
-                "preference": {"matchExpressions": [
-                    {"key": pool.label, "operator": operator, "values": [pool.value]},
-                ]},
-            }],
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "preference": {
+                        "matchExpressions": [
+                            {"key": pool.label, "operator": operator, "values": [pool.value]},
+                        ]
+                    },
+                }
+            ],
         },
     }
 

@@ -17,6 +17,7 @@ from podserve.kube.plan import (
     READINESS_PERIOD_S,
     STARTUP_PERIOD_S,
     Plan,
+    startup_failure_threshold,
 )
 from podserve.kube.render.placement import (
     capacity_affinity,
@@ -153,9 +154,13 @@ def server_container(service: ModelService, variant: Variant, plan: Plan) -> dic
         "env": server_env(service, variant, plan),
         "resources": resources(service, plan),
         # The startup probe holds liveness and readiness off until the model is loaded; its
-        # budget is 1.5 × the observed load time (kubernetes-semantics.md §3).
-        "startupProbe": _probe(c.STARTUP_PATH, STARTUP_PERIOD_S,
-                               plan.startup_failure_threshold, 5),
+        # budget is 1.5 x the observed load time (kubernetes-semantics.md §3).
+        "startupProbe": _probe(
+            c.STARTUP_PATH,
+            STARTUP_PERIOD_S,
+            startup_failure_threshold(variant.model.load_seconds),
+            5,
+        ),
         "livenessProbe": _probe(c.LIVENESS_PATH, LIVENESS_PERIOD_S, LIVENESS_FAILURES, 5),
         "readinessProbe": _probe(c.READINESS_PATH, READINESS_PERIOD_S, READINESS_FAILURES, 3),
         # Native sleep action (beta, on by default since 1.30); docs/kubernetes.md gives the
@@ -180,11 +185,15 @@ def volumes(service: ModelService, plan: Plan, *, with_config: bool) -> list[dic
     result.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": plan.shm}})
     result.append({"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE}})
     if with_config:
-        result.append({
-            "name": "config",
-            "configMap": {"name": service.metadata.name,
-                          "items": [{"key": c.SETTINGS_FILE, "path": c.SETTINGS_FILE}]},
-        })
+        result.append(
+            {
+                "name": "config",
+                "configMap": {
+                    "name": service.metadata.name,
+                    "items": [{"key": c.SETTINGS_FILE, "path": c.SETTINGS_FILE}],
+                },
+            }
+        )
     return result
 
 

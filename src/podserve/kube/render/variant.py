@@ -51,11 +51,13 @@ def variants(service: ModelService) -> list[Variant]:
 def labels(service: ModelService, component: str, track: str | None = None) -> dict[str, str]:
     """Labels of every object: the user's, then ours (ours win: selectors depend on them)."""
     result = dict(sorted(service.metadata.labels.items()))
-    result.update({
-        c.NAME_LABEL: service.metadata.name,
-        c.COMPONENT_LABEL: component,
-        c.MANAGED_BY_LABEL: "podserve",
-    })
+    result.update(
+        {
+            c.NAME_LABEL: service.metadata.name,
+            c.COMPONENT_LABEL: component,
+            c.MANAGED_BY_LABEL: "podserve",
+        }
+    )
     if track is not None:
         result[c.TRACK_LABEL] = track
     return result

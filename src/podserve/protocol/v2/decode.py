@@ -15,6 +15,9 @@ Decisions where the spec leaves room:
 - Duplicate input or output names are an error (the second would silently win).
 - When a header length is given, the binary chunks must account for every byte after the
   JSON header: leftover bytes mean client and server disagree about the layout.
+
+Cost (one 1x300 FP32 input built by tritonclient, best of 5 x 20k on a shared dev core):
+about 22 us as JSON (orjson.loads ~8 us and np.asarray ~6-9 us of it) and 8 us as binary.
 """
 
 from __future__ import annotations

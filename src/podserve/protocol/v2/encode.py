@@ -5,6 +5,8 @@ also when JSON cannot carry its values exactly: a NaN or infinity (strict JSON h
 writing `null` would lose the value) or BYTES that are not valid UTF-8 (JSON strings are
 text). Protocol clients read `binary_data_size` per output, so they decode either form;
 a client that never asked for binary data still gets the exact values rather than wrong ones.
+
+Cost (one 1x300 FP32 output, same measurement as decode.py): about 9 us as JSON, 3 us binary.
 """
 
 from __future__ import annotations

@@ -62,6 +62,9 @@ def array_from_json(
             raise InvalidInput(
                 f"input {name!r}: {datatype.value} data must be numbers, got {_first_offender(raw)}"
             )
+        if datatype is Datatype.FP64:
+            # Parsed JSON numbers are float64 or 64-bit integers: nothing can overflow.
+            return raw.astype(dtype, copy=False).reshape(shape)
         try:
             # JSON has no infinities, so an infinity after the cast is an overflow.
             with np.errstate(over="raise"):
@@ -71,7 +74,8 @@ def array_from_json(
                 f"input {name!r}: a value is outside the range of {datatype.value}"
             ) from None
     if kind in "iu":
-        _check_int_range(name, datatype, int(raw.min()), int(raw.max()))
+        if raw.dtype != dtype:  # already the target type (INT64, say): in range by construction
+            _check_int_range(name, datatype, int(raw.min()), int(raw.max()))
         return raw.astype(dtype, copy=False).reshape(shape)
     return _ints_slow(name, datatype, data, shape)
 

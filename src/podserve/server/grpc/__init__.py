@@ -3,4 +3,4 @@
 from podserve.server.grpc.server import start_grpc_server, stop_grpc_server
 from podserve.server.grpc.service import InferenceServicer, status_for
 
-__all__ = sorted(["InferenceServicer", "start_grpc_server", "status_for", "stop_grpc_server"])
+__all__ = ["InferenceServicer", "start_grpc_server", "status_for", "stop_grpc_server"]

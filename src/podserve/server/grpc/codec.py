@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
+from google.protobuf.internal.containers import MessageMap
 
 from podserve.core.errors import InvalidInput
 from podserve.core.tensors import (
@@ -34,11 +35,6 @@ from podserve.core.tensors import (
 )
 from podserve.server.grpc._generated import inference_pb2 as pb
 
-# Generated messages are untyped for mypy (grpc modules are ignore_missing_imports);
-# these aliases at least name which message a function takes or returns.
-PbModelInferRequest: TypeAlias = Any
-PbModelInferResponse: TypeAlias = Any
-PbParameterMap: TypeAlias = Any
 ParameterValue: TypeAlias = bool | int | float | str
 
 _LENGTH = struct.Struct("<I")
@@ -78,7 +74,9 @@ _SHARED_MEMORY_KEYS = ("shared_memory_region", "shared_memory_byte_size", "share
 # ---------------------------------------------------------------------------- parameters
 
 
-def decode_parameters(params: PbParameterMap, where: str) -> dict[str, ParameterValue]:
+def decode_parameters(
+    params: Mapping[str, pb.InferParameter], where: str
+) -> dict[str, ParameterValue]:
     """A protobuf `map<string, InferParameter>` as plain Python values."""
     out: dict[str, ParameterValue] = {}
     for key, param in params.items():
@@ -90,7 +88,9 @@ def decode_parameters(params: PbParameterMap, where: str) -> dict[str, Parameter
     return out
 
 
-def encode_parameters(values: Mapping[str, Any], target: PbParameterMap) -> None:
+def encode_parameters(
+    values: Mapping[str, Any], target: MessageMap[str, pb.InferParameter]
+) -> None:
     """Write Python values into a protobuf `map<string, InferParameter>`.
 
     Raises TypeError for a value with no InferParameter form (a list, a dict, None):
@@ -207,7 +207,9 @@ def _decode_raw(raw: bytes, datatype: Datatype, shape: tuple[int, ...], name: st
 # ---------------------------------------------------------------------------- typed contents
 
 
-def _decode_contents(contents: Any, datatype: Datatype, shape: tuple[int, ...], name: str) -> Any:
+def _decode_contents(
+    contents: pb.InferTensorContents, datatype: Datatype, shape: tuple[int, ...], name: str
+) -> Any:
     count = math.prod(shape)
     field = _CONTENTS_FIELD.get(datatype)
     if field is None:
@@ -251,7 +253,7 @@ def _decode_contents(contents: Any, datatype: Datatype, shape: tuple[int, ...], 
 # ---------------------------------------------------------------------------- requests
 
 
-def _shape_of(dims: Any, name: str) -> tuple[int, ...]:
+def _shape_of(dims: Iterable[int], name: str) -> tuple[int, ...]:
     shape = tuple(int(d) for d in dims)
     if any(d < 0 for d in shape):
         raise InvalidInput(f"input {name!r}: shape {list(shape)} has a negative dimension")
@@ -266,7 +268,7 @@ def _refuse_shared_memory(params: Mapping[str, ParameterValue], what: str) -> No
 
 
 def decode_infer_request(
-    msg: PbModelInferRequest, *, request_id: str | None, deadline_s: float | None
+    msg: pb.ModelInferRequest, *, request_id: str | None, deadline_s: float | None
 ) -> InferRequest:
     """Validate and decode a ModelInferRequest. `request_id` and `deadline_s` come from
     the transport (the edge decides them), not from the message."""
@@ -309,9 +311,9 @@ def decode_infer_request(
         tensors.append(Tensor(name=name, datatype=datatype, data=data, parameters=params))
 
     outputs: list[RequestedOutput] = []
-    for item in msg.outputs:
-        name = str(item.name)
-        params = decode_parameters(item.parameters, f"requested output {name!r}")
+    for wanted in msg.outputs:
+        name = str(wanted.name)
+        params = decode_parameters(wanted.parameters, f"requested output {name!r}")
         _refuse_shared_memory(params, f"requested output {name!r}")
         outputs.append(RequestedOutput(name=name, parameters=params))
 
@@ -331,7 +333,7 @@ def decode_infer_request(
 
 def encode_infer_response(
     response: InferResponse, *, request_id: str | None
-) -> PbModelInferResponse:
+) -> pb.ModelInferResponse:
     """A ModelInferResponse with every output in raw_output_contents, in output order.
     The response's own id wins; otherwise the request's id is echoed."""
     msg = pb.ModelInferResponse(

@@ -44,9 +44,8 @@ from podserve.server.grpc.codec import decode_infer_request, encode_infer_respon
 
 logger = logging.getLogger(__name__)
 
-# grpc.aio.ServicerContext and the generated messages are untyped for mypy.
+# grpc ships no types: grpc.aio.ServicerContext is Any to mypy.
 Context: TypeAlias = Any
-Message: TypeAlias = Any
 
 # The `endpoint` label the data plane records for gRPC inference.
 INFER_ENDPOINT = "grpc.ModelInfer"
@@ -145,29 +144,39 @@ class InferenceServicer:
 
     # ------------------------------------------------------------------ health
 
-    async def ServerLive(self, request: Message, context: Context) -> Message:
+    async def ServerLive(
+        self, request: pb.ServerLiveRequest, context: Context
+    ) -> pb.ServerLiveResponse:
         async with _status_on_error(context, "ServerLive"):
             return pb.ServerLiveResponse(live=self._dataplane.live().ok)
 
-    async def ServerReady(self, request: Message, context: Context) -> Message:
+    async def ServerReady(
+        self, request: pb.ServerReadyRequest, context: Context
+    ) -> pb.ServerReadyResponse:
         async with _status_on_error(context, "ServerReady"):
             return pb.ServerReadyResponse(ready=self._dataplane.ready().ok)
 
-    async def ModelReady(self, request: Message, context: Context) -> Message:
+    async def ModelReady(
+        self, request: pb.ModelReadyRequest, context: Context
+    ) -> pb.ModelReadyResponse:
         async with _status_on_error(context, "ModelReady"):
             ready = self._dataplane.model_ready(request.name, request.version or None)
             return pb.ModelReadyResponse(ready=ready)
 
     # ------------------------------------------------------------------ metadata
 
-    async def ServerMetadata(self, request: Message, context: Context) -> Message:
+    async def ServerMetadata(
+        self, request: pb.ServerMetadataRequest, context: Context
+    ) -> pb.ServerMetadataResponse:
         async with _status_on_error(context, "ServerMetadata"):
             meta = self._dataplane.server_metadata()
             return pb.ServerMetadataResponse(
                 name=meta.name, version=meta.version, extensions=list(meta.extensions)
             )
 
-    async def ModelMetadata(self, request: Message, context: Context) -> Message:
+    async def ModelMetadata(
+        self, request: pb.ModelMetadataRequest, context: Context
+    ) -> pb.ModelMetadataResponse:
         async with _status_on_error(context, "ModelMetadata"):
             meta = self._dataplane.model_metadata(request.name, request.version or None)
             tensor = pb.ModelMetadataResponse.TensorMetadata
@@ -187,7 +196,9 @@ class InferenceServicer:
 
     # ------------------------------------------------------------------ inference
 
-    async def ModelInfer(self, request: Message, context: Context) -> Message:
+    async def ModelInfer(
+        self, request: pb.ModelInferRequest, context: Context
+    ) -> pb.ModelInferResponse:
         request_id = accept_request_id(request.id or _metadata_value(context, "x-request-id"))
         async with _status_on_error(context, "ModelInfer", request_id):
             remaining_s = context.time_remaining()
@@ -219,13 +230,17 @@ class InferenceServicer:
         self._abandoned.discard(call)
         # Retrieve the outcome, so asyncio does not report an unretrieved exception; the
         # expected one is Cancelled, and nobody is left to tell about any other.
-        if not call.cancelled() and (exc := call.exception()) is not None:
-            if not isinstance(exc, Cancelled):
-                logger.warning("abandoned gRPC inference ended with %r", exc)
+        if call.cancelled():
+            return
+        exc = call.exception()
+        if exc is not None and not isinstance(exc, Cancelled):
+            logger.warning("abandoned gRPC inference ended with %r", exc)
 
     # ------------------------------------------------------------------ repository extension
 
-    async def RepositoryIndex(self, request: Message, context: Context) -> Message:
+    async def RepositoryIndex(
+        self, request: pb.RepositoryIndexRequest, context: Context
+    ) -> pb.RepositoryIndexResponse:
         async with _status_on_error(context, "RepositoryIndex"):
             _check_repository_name(request.repository_name)
             entries = self._dataplane.repository_index(ready_only=request.ready)
@@ -237,7 +252,9 @@ class InferenceServicer:
                 ]
             )
 
-    async def RepositoryModelLoad(self, request: Message, context: Context) -> Message:
+    async def RepositoryModelLoad(
+        self, request: pb.RepositoryModelLoadRequest, context: Context
+    ) -> pb.RepositoryModelLoadResponse:
         async with _status_on_error(context, "RepositoryModelLoad"):
             _check_repository_name(request.repository_name)
             _check_model_name(request.model_name)
@@ -245,7 +262,9 @@ class InferenceServicer:
             await self._dataplane.load_model(request.model_name)
             return pb.RepositoryModelLoadResponse()
 
-    async def RepositoryModelUnload(self, request: Message, context: Context) -> Message:
+    async def RepositoryModelUnload(
+        self, request: pb.RepositoryModelUnloadRequest, context: Context
+    ) -> pb.RepositoryModelUnloadResponse:
         async with _status_on_error(context, "RepositoryModelUnload"):
             _check_repository_name(request.repository_name)
             _check_model_name(request.model_name)

@@ -133,7 +133,7 @@ def write_all(f: BinaryIO, chunk: bytes) -> None:
     """An unbuffered write may take fewer bytes than given; loop until all are written."""
     view = memoryview(chunk)
     while view:
-        view = view[f.write(view) or 0:]
+        view = view[f.write(view) or 0 :]
 
 
 def safe_relpath(rel: str) -> str:

@@ -36,8 +36,9 @@ def file_name_of(url: str) -> str:
 class HttpFetcher:
     __slots__ = ("_opener", "_timeout_s")
 
-    def __init__(self, *, timeout_s: float = 60.0,
-                 opener: urllib.request.OpenerDirector | None = None) -> None:
+    def __init__(
+        self, *, timeout_s: float = 60.0, opener: urllib.request.OpenerDirector | None = None
+    ) -> None:
         self._timeout_s = timeout_s
         self._opener = opener or urllib.request.build_opener()
 
@@ -58,8 +59,9 @@ class HttpFetcher:
                 f"network error fetching {uri.location}: {exc}; a retry resumes the download"
             ) from exc
 
-    def _download(self, url: str, name: str, part: PartialFile, progress: Progress, *,
-                  allow_restart: bool) -> None:
+    def _download(
+        self, url: str, name: str, part: PartialFile, progress: Progress, *, allow_restart: bool
+    ) -> None:
         saved = part.saved_validator()
         offset = part.resume_offset(None)
         request = urllib.request.Request(url, method="GET")
@@ -82,8 +84,9 @@ class HttpFetcher:
             if response.status == 206:
                 start, total = _content_range(response.headers.get("Content-Range", ""))
                 if start != offset:
-                    raise FetchNetworkError(f"{url}: asked for bytes from {offset}, "
-                                            f"the server sent from {start}")
+                    raise FetchNetworkError(
+                        f"{url}: asked for bytes from {offset}, the server sent from {start}"
+                    )
             else:
                 offset = 0  # 200: the whole file, whatever we asked for
                 length = response.headers.get("Content-Length")
@@ -92,16 +95,18 @@ class HttpFetcher:
             with part.open(offset=offset, validator=validator) as out:
                 written = offset + _copy(response, out, name, progress)
         if total is not None and written != total:
-            raise FetchNetworkError(f"{url}: the transfer ended at {written} of {total} "
-                                    "bytes; a retry resumes it")
+            raise FetchNetworkError(
+                f"{url}: the transfer ended at {written} of {total} bytes; a retry resumes it"
+            )
         part.complete()
         progress.file_finished(name)
 
 
-def _copy(response: http.client.HTTPResponse, out: BinaryIO, name: str,
-          progress: Progress) -> int:
+def _copy(response: http.client.HTTPResponse, out: BinaryIO, name: str, progress: Progress) -> int:
     n = 0
-    while chunk := response.read(CHUNK_BYTES):
+    # read1: whatever has arrived, up to a chunk, so that bytes reach the disk as they
+    # come rather than when a whole chunk has (a kill loses at most what is in flight).
+    while chunk := response.read1(CHUNK_BYTES):
         write_all(out, chunk)
         n += len(chunk)
         progress.file_advanced(name, len(chunk))

@@ -1,0 +1,171 @@
+"""`podserve fetch URI`: put a verified model in the node cache (the init container).
+
+Prints the local path on stdout; progress goes to stderr (a bar on a terminal, JSON lines
+otherwise). Exit codes, so that a Pod's status says what failed without reading logs:
+
+    0  fetched (or already cached) and verified
+    1  any other failure (access denied, corrupt cache, missing extra, ...)
+    2  usage: bad arguments, malformed URI or digest, unsupported scheme
+    3  the model is not at the source
+    4  digest mismatch: the bytes are not the pinned model
+    5  network error: the source was unreachable or the transfer broke (retry resumes)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+EXIT_OK = 0
+EXIT_OTHER = 1
+EXIT_USAGE = 2
+EXIT_NOT_FOUND = 3
+EXIT_DIGEST_MISMATCH = 4
+EXIT_NETWORK = 5
+
+DEFAULT_CACHE_DIR = "/cache"
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "fetch",
+        help="download and verify a model into the node cache",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "uri",
+        metavar="URI",
+        help="path, file://, http(s)://, s3://bucket/key or hf://org/name@rev; "
+        "a trailing @sha256:<hex> pins the digest",
+    )
+    parser.add_argument(
+        "--digest",
+        metavar="sha256:HEX",
+        default=None,
+        help="pin the model's digest (see `podserve digest`)",
+    )
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path(os.environ.get("PODSERVE_CACHE_DIR", DEFAULT_CACHE_DIR)),
+        help="node cache directory (env PODSERVE_CACHE_DIR, default /cache)",
+    )
+    parser.add_argument(
+        "--cache-max-bytes",
+        type=int,
+        default=None,
+        help="evict least-recently-used entries not in use above this size "
+        "(env PODSERVE_CACHE_MAX_BYTES; default: unbounded)",
+    )
+    parser.add_argument(
+        "--s3-endpoint-url",
+        default=os.environ.get("PODSERVE_S3_ENDPOINT_URL"),
+        help="S3-compatible endpoint (env PODSERVE_S3_ENDPOINT_URL; "
+        "default: boto3's own, e.g. AWS_ENDPOINT_URL)",
+    )
+    parser.add_argument(
+        "--hf-cache-dir",
+        type=Path,
+        default=None,
+        help="Hugging Face cache to download into or read a mirror from",
+    )
+    parser.add_argument(
+        "--hf-offline",
+        action="store_true",
+        help="never contact the hub: hf:// models must be in --hf-cache-dir",
+    )
+    parser.add_argument(
+        "--copy-local",
+        action="store_true",
+        help="copy a local path into the cache instead of serving it in place",
+    )
+    parser.add_argument(
+        "--timeout-s",
+        type=float,
+        default=60.0,
+        help="network timeout per connect or read, in seconds",
+    )
+    parser.add_argument(
+        "--progress",
+        choices=("auto", "rich", "json", "none"),
+        default="auto",
+        help="progress on stderr: auto = a bar on a terminal, JSON lines otherwise",
+    )
+    parser.set_defaults(run=_run)
+
+
+def _env_int(name: str) -> int | None:
+    # Read at run time, not when the parser is built: a bad value must fail `fetch` with a
+    # usage error, not every podserve subcommand. Raises ValueError on a non-integer.
+    value = os.environ.get(name)
+    return int(value) if value else None
+
+
+def _run(args: argparse.Namespace) -> int:
+    import orjson
+
+    from podserve.storage import (
+        DigestMismatch,
+        FetchNetworkError,
+        InvalidModelURI,
+        ModelNotFoundAtSource,
+        SourceOptions,
+        StorageError,
+        fetch_model,
+        progress_for,
+    )
+
+    max_cache_bytes = args.cache_max_bytes
+    if max_cache_bytes is None:
+        try:
+            max_cache_bytes = _env_int("PODSERVE_CACHE_MAX_BYTES")
+        except ValueError:
+            sys.stderr.write("podserve fetch: PODSERVE_CACHE_MAX_BYTES is not a whole number\n")
+            return EXIT_USAGE
+    progress = progress_for(args.progress)
+    sources = SourceOptions(
+        s3_endpoint_url=args.s3_endpoint_url,
+        hf_cache_dir=args.hf_cache_dir,
+        hf_offline=args.hf_offline,
+        timeout_s=args.timeout_s,
+    )
+    code = EXIT_OK
+    fields: dict[str, object] = {}
+    try:
+        result = fetch_model(
+            args.uri,
+            digest=args.digest,
+            cache_dir=args.cache_dir,
+            progress=progress,
+            sources=sources,
+            copy_local=args.copy_local,
+            max_cache_bytes=max_cache_bytes,
+        )
+    except InvalidModelURI as exc:
+        code, message = EXIT_USAGE, exc.message
+    except ModelNotFoundAtSource as exc:
+        code, message = EXIT_NOT_FOUND, exc.message
+    except DigestMismatch as exc:
+        code, message = EXIT_DIGEST_MISMATCH, exc.message
+        fields = {"expected": exc.expected, "actual": exc.actual}
+    except FetchNetworkError as exc:
+        code, message = EXIT_NETWORK, exc.message
+    except StorageError as exc:
+        code, message = EXIT_OTHER, exc.message
+    except OSError as exc:  # the cache volume itself: full, read-only, permissions
+        code, message = EXIT_OTHER, f"cache error: {exc}"
+    finally:
+        progress.close()
+    if code != EXIT_OK:
+        if args.progress == "json" or (args.progress == "auto" and not sys.stderr.isatty()):
+            record = {"event": "error", "exit_code": code, "error": message, **fields}
+            sys.stderr.write(orjson.dumps(record).decode() + "\n")
+        else:
+            sys.stderr.write(f"podserve fetch: {message}\n")
+        return code
+    sys.stdout.write(f"{result.path}\n")
+    return EXIT_OK

@@ -1,0 +1,56 @@
+"""`podserve render SPEC`: a ModelService to Kubernetes manifests."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "render",
+        help="render a ModelService spec into Kubernetes manifests",
+        description="Render a ModelService spec (YAML) into every Kubernetes object it needs, "
+        "in apply order: multi-document YAML on stdout, one file per object with -o DIR, or a "
+        "kustomize base with --format kustomize. Warnings go to stderr.",
+    )
+    parser.add_argument("spec", help="ModelService YAML file, or - for stdin")
+    parser.add_argument("-o", "--output", type=Path, help="write one file per object here")
+    parser.add_argument(
+        "--format",
+        choices=["yaml", "kustomize"],
+        default="yaml",
+        help="kustomize: also write kustomization.yaml (needs -o)",
+    )
+    parser.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from podserve.config.model_service import load_model_service
+    from podserve.core.errors import PodserveError
+    from podserve.kube.render import render
+    from podserve.kube.render.output import write_files, write_kustomize
+    from podserve.kube.yamlio import dump_all
+
+    try:
+        text = sys.stdin.read() if args.spec == "-" else Path(args.spec).read_text()
+        service = load_model_service(text, args.spec)
+    except (OSError, PodserveError) as exc:
+        print(f"podserve render: {exc}", file=sys.stderr)
+        return 2
+    rendering = render(service)
+    for warning in rendering.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if args.format == "kustomize" and args.output is None:
+        print("podserve render: --format kustomize needs -o DIR", file=sys.stderr)
+        return 2
+    if args.output is None:
+        sys.stdout.write(dump_all(rendering.manifests))
+        return 0
+    if args.format == "kustomize":
+        written = write_kustomize(rendering.manifests, args.output, service.metadata.namespace)
+    else:
+        written = write_files(rendering.manifests, args.output)
+    print(f"wrote {len(written)} file(s) to {args.output}", file=sys.stderr)
+    return 0

@@ -1,0 +1,152 @@
+"""Deployment or StatefulSet, its Service and its PodDisruptionBudget, per variant."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from podserve.config.model_service import ModelService
+from podserve.kube import conventions as c
+from podserve.kube.plan import STARTUP_PERIOD_S, Plan, startup_failure_threshold
+from podserve.kube.render.pod import serving_pod_template
+from podserve.kube.render.variant import Variant, metadata
+from podserve.kube.types import Manifest
+
+
+def _strategy(service: ModelService, plan: Plan) -> dict[str, Any]:
+    if service.spec.rollout.strategy == "Recreate":
+        return {"type": "Recreate"}
+    return {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": plan.max_surge, "maxUnavailable": plan.max_unavailable},
+    }
+
+
+def _claim_template(service: ModelService) -> dict[str, Any]:
+    cache = service.spec.cache
+    size = cache.size or f"{math.ceil((service.spec.model.size_gi or 1) * 1.25)}Gi"
+    spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": size}},
+    }
+    if cache.storage_class:
+        spec["storageClassName"] = cache.storage_class
+    return {"metadata": {"name": "cache"}, "spec": spec}
+
+
+def workload(service: ModelService, variant: Variant, plan: Plan) -> Manifest:
+    spec = service.spec
+    kind = spec.workload
+    annotations = {c.SPARE_GPU: "true"} if plan.spare_gpu and spec.gpu.count else None
+    body: dict[str, Any] = {}
+    if variant.fixed_replicas is not None:
+        # Omitted when an autoscaler owns the count, so `kubectl apply` never resets it.
+        body["replicas"] = variant.fixed_replicas
+    body["selector"] = {"matchLabels": variant.selector(service)}
+    if kind == "StatefulSet":
+        body["serviceName"] = f"{variant.name}-headless"
+        body["podManagementPolicy"] = "Parallel"
+        if spec.rollout.strategy == "Recreate":
+            body["updateStrategy"] = {"type": "OnDelete"}
+        else:
+            body["updateStrategy"] = {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxUnavailable": 1},
+            }
+    else:
+        body["strategy"] = _strategy(service, plan)
+        # A rollout waits out a full model load per pod; the 600 s default would report
+        # ProgressDeadlineExceeded for slow loads (kubernetes-semantics.md §2).
+        budget = startup_failure_threshold(variant.model.load_seconds) * STARTUP_PERIOD_S
+        body["progressDeadlineSeconds"] = max(600, budget * 2 + 60)
+    body["revisionHistoryLimit"] = 5
+    body["template"] = serving_pod_template(service, variant, plan)
+    if kind == "StatefulSet" and spec.cache.kind == "pvc":
+        body["volumeClaimTemplates"] = [_claim_template(service)]
+        body["persistentVolumeClaimRetentionPolicy"] = {
+            "whenDeleted": "Retain",
+            "whenScaled": "Retain",
+        }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": kind,
+        "metadata": metadata(service, variant.name, "server", variant.track, annotations),
+        "spec": body,
+    }
+
+
+def service_object(service: ModelService, variant: Variant) -> Manifest:
+    spec: dict[str, Any] = {
+        "type": "ClusterIP",
+        "selector": variant.selector(service),
+        "ports": [
+            {
+                "name": "http",
+                "port": c.HTTP_PORT,
+                "targetPort": "http",
+                "protocol": "TCP",
+                "appProtocol": "http",
+            },
+            {
+                "name": "grpc",
+                "port": c.GRPC_PORT,
+                "targetPort": "grpc",
+                "protocol": "TCP",
+                "appProtocol": "kubernetes.io/h2c",
+            },
+        ],
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(service, variant.name, "server", variant.track),
+        "spec": spec,
+    }
+
+
+def headless_service(service: ModelService, variant: Variant) -> Manifest:
+    """The governing Service of a StatefulSet: stable per-pod DNS names (`<pod>.<svc>`),
+    for shards that must find each other. It publishes unready pods for that reason."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(service, f"{variant.name}-headless", "server", variant.track),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": variant.selector(service),
+            "ports": [
+                {"name": "http", "port": c.HTTP_PORT, "targetPort": "http", "protocol": "TCP"}
+            ],
+        },
+    }
+
+
+def pdb_budget(service: ModelService, variant: Variant) -> dict[str, int]:
+    """Always leaves room for one eviction: minAvailable below the replica floor, or
+    maxUnavailable 1 when the floor is 0 or 1 (kubernetes-semantics.md §4)."""
+    given = service.spec.disruption
+    if given.max_unavailable is not None:
+        return {"maxUnavailable": given.max_unavailable}
+    floor = (
+        variant.fixed_replicas if variant.fixed_replicas is not None else service.spec.replicas.min
+    )
+    if given.min_available is not None and variant.track == "stable":
+        return {"minAvailable": given.min_available}
+    if floor >= 2:
+        return {"minAvailable": floor - 1}
+    return {"maxUnavailable": 1}
+
+
+def pdb(service: ModelService, variant: Variant) -> Manifest:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": metadata(service, variant.name, "server", variant.track),
+        "spec": {
+            **pdb_budget(service, variant),
+            "selector": {"matchLabels": variant.selector(service)},
+            # A pod stuck unready (crash-looping, never loaded) must not block a node drain.
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    }

@@ -1,0 +1,158 @@
+"""A test double of the data plane, for testing the gRPC edge on its own.
+
+`FakeDataPlane` implements `podserve.dataplane.api.DataPlaneAPI` with a few scripted
+models so the edge's decoding, encoding, error mapping, deadlines and disconnect
+handling can be tested against the real grpc.aio server and the real tritonclient,
+without admission, batching or runtimes. It is not the data plane: the end-to-end tests
+against the real one live elsewhere.
+
+Models:
+- "echo": returns every input unchanged (or only the requested outputs, by input name).
+- "double": returns every input doubled (numbers * 2, BYTES repeated twice, BOOL as is).
+- "wait": never finishes by itself; it waits for `disconnected` and then raises
+  `Cancelled`, as the real data plane promises to.
+Any model raises `fail_with` when the test sets it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from podserve.core.errors import Cancelled, InvalidInput, ModelNotFound
+from podserve.core.tensors import Datatype, InferRequest, InferResponse, Tensor, TensorSpec
+from podserve.dataplane.types import HealthReport, ModelMetadata, RepositoryEntry, ServerMetadata
+
+MODELS = ("echo", "double", "wait")
+
+
+@dataclass
+class FakeDataPlane:
+    live_ok: bool = True
+    ready_ok: bool = True
+    # When set, every infer call raises it instead of answering.
+    fail_with: BaseException | None = None
+    # Repository state by model name; "wait" starts unloaded so load/unload have work.
+    states: dict[str, str] = field(
+        default_factory=lambda: {"echo": "READY", "double": "READY", "wait": "UNAVAILABLE"}
+    )
+    # Records, for assertions.
+    requests: list[InferRequest] = field(default_factory=list)
+    endpoints: list[str] = field(default_factory=list)
+    loads: list[str] = field(default_factory=list)
+    unloads: list[str] = field(default_factory=list)
+    # Set when a "wait" request has reached the data plane / has seen its disconnect.
+    wait_started: asyncio.Event = field(default_factory=asyncio.Event)
+    disconnect_seen: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set if the edge threw CancelledError into infer instead of signalling `disconnected`.
+    infer_was_cancelled: bool = False
+    response_parameters: dict[str, object] = field(default_factory=dict)
+
+    # ---------------------------------------------------------------- health and metadata
+
+    def live(self) -> HealthReport:
+        return HealthReport(ok=self.live_ok, state="READY" if self.live_ok else "WEDGED")
+
+    def ready(self) -> HealthReport:
+        reasons = () if self.ready_ok else ("draining",)
+        return HealthReport(ok=self.ready_ok, state="READY", reasons=reasons)
+
+    def startup(self) -> HealthReport:
+        return HealthReport(ok=True, state="READY")
+
+    def server_metadata(self) -> ServerMetadata:
+        return ServerMetadata(name="podserve", version="0.1.0", extensions=("model_repository",))
+
+    def _known(self, name: str) -> None:
+        if name not in self.states:
+            raise ModelNotFound(f"model {name!r} is unknown")
+
+    def model_ready(self, name: str, version: str | None = None) -> bool:
+        self._known(name)
+        return self.states[name] == "READY"
+
+    def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata:
+        self._known(name)
+        return ModelMetadata(
+            name=name,
+            versions=("1",),
+            platform="fake",
+            inputs=(TensorSpec("INPUT0", Datatype.FP32, (-1, 4)),),
+            outputs=(TensorSpec("OUTPUT0", Datatype.FP32, (-1, 4)),),
+        )
+
+    # ---------------------------------------------------------------- inference
+
+    async def infer(
+        self,
+        request: InferRequest,
+        *,
+        endpoint: str,
+        disconnected: asyncio.Event | None = None,
+    ) -> InferResponse:
+        self.requests.append(request)
+        self.endpoints.append(endpoint)
+        if self.fail_with is not None:
+            raise self.fail_with
+        self._known(request.model_name)
+        if request.model_name == "wait":
+            return await self._wait(disconnected)
+        inputs = request.input_map()
+        outputs = [self._compute(request.model_name, t) for t in request.inputs]
+        if request.outputs:
+            unknown = [o.name for o in request.outputs if o.name not in inputs]
+            if unknown:
+                raise InvalidInput(f"unknown requested outputs: {unknown}")
+            wanted = [o.name for o in request.outputs]
+            outputs = [t for t in outputs if t.name in wanted]
+        return InferResponse(
+            model_name=request.model_name,
+            model_version="1",
+            outputs=tuple(outputs),
+            id=request.id,
+            parameters=dict(self.response_parameters),
+        )
+
+    async def _wait(self, disconnected: asyncio.Event | None) -> InferResponse:
+        assert disconnected is not None, "the edge must pass a disconnected event"
+        self.wait_started.set()
+        try:
+            await disconnected.wait()
+        except asyncio.CancelledError:
+            self.infer_was_cancelled = True
+            raise
+        self.disconnect_seen.set()
+        raise Cancelled("client went away")
+
+    @staticmethod
+    def _compute(model: str, tensor: Tensor) -> Tensor:
+        if model == "echo" or tensor.datatype is Datatype.BOOL:
+            return tensor
+        if tensor.datatype is Datatype.BYTES:
+            doubled = np.empty(tensor.data.shape, dtype=object)
+            for index, item in np.ndenumerate(tensor.data):
+                doubled[index] = item + item
+            return Tensor(tensor.name, tensor.datatype, doubled)
+        data = (tensor.data * 2).astype(tensor.datatype.numpy_dtype)
+        return Tensor(tensor.name, tensor.datatype, data)
+
+    # ---------------------------------------------------------------- repository
+
+    def repository_index(self, ready_only: bool = False) -> list[RepositoryEntry]:
+        return [
+            RepositoryEntry(name=name, version="1", state=state)
+            for name, state in sorted(self.states.items())
+            if not ready_only or state == "READY"
+        ]
+
+    async def load_model(self, name: str) -> None:
+        self._known(name)
+        self.loads.append(name)
+        self.states[name] = "READY"
+
+    async def unload_model(self, name: str) -> None:
+        self._known(name)
+        self.unloads.append(name)
+        self.states[name] = "UNAVAILABLE"

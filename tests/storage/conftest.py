@@ -1,0 +1,3 @@
+from tests.storage.support import http_server
+
+__all__ = ["http_server"]
