@@ -62,7 +62,7 @@ def simulate(config: BatchPolicyConfig, workers: int, arrivals: list[tuple[float
 
     while events:
         when, _, kind, key = heapq.heappop(events)
-        clock.advance(when - clock.now_s())
+        clock.advance(max(0.0, when - clock.now_s()))  # float sums may round past `when`
         if kind == "arrive":
             enqueued[key] = clock.now_s()
             policy.add(key, rows_of[key], clock.now_s())

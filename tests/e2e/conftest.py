@@ -1,0 +1,33 @@
+"""One real server for the end-to-end client tests: the bundled example repository plus
+a fake model, HTTP and gRPC on free ports."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.server import ServerProcess, wait_until, write_model
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    extra = tmp_path_factory.mktemp("models")
+    echo = write_model(
+        extra, "echo", batching={"max_batch_size": 16}, parameters={"fail_value": 666}
+    )
+    lazy = write_model(extra, "lazy", preload=False)
+    with ServerProcess(
+        "--model-repository",
+        str(ROOT / "examples" / "models"),
+        "--model",
+        f"echo={echo}",
+        "--model",
+        f"lazy={lazy}",
+        grpc=True,
+    ) as process:
+        wait_until(lambda: process.get("/ready").status_code == 200, timeout_s=60, what="ready")
+        yield process
