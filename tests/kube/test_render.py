@@ -136,7 +136,7 @@ def test_pod_is_hardened_and_fetches_the_pinned_model(llm: ModelService) -> None
         assert ctx["readOnlyRootFilesystem"] is True
         assert ctx["capabilities"] == {"drop": ["ALL"]}
     assert env(server(find(render(llm).manifests, "Deployment", "llama")))["PODSERVE_MODELS"] == (
-        f"llama-3-8b=/cache/sha256/{llm.spec.model.digest.split(':')[1]}:transformers"
+        f"llama-3-8b=/cache/entries/sha256-{llm.spec.model.digest.split(':')[1]}:transformers"
     )
 
 

@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.support.server import ServerProcess, infer_body, wait_until, write_model
 
@@ -123,3 +124,58 @@ def test_second_signal_exits_at_once(tmp_path: Path) -> None:
         assert server.wait_exit(timeout_s=15) == 1
         forced = server.wait_log(lambda r: r.get("msg") == "second signal or SIGINT: exiting now")
         assert forced["cut_requests"] == 1
+
+
+def test_drain_applies_to_grpc(tmp_path: Path) -> None:
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    write_model(
+        tmp_path, "slow", parameters={"delay_s": 1.5}, batching={"enabled": False}, warmup=False
+    )
+    with ServerProcess(
+        "--model-repository", str(tmp_path), "--drain-timeout-s", "60", grpc=True
+    ) as server:
+        wait_until(lambda: server.get("/ready").status_code == 200, what="ready")
+        target = f"127.0.0.1:{server.grpc_port}"
+
+        def request(value: float) -> grpcclient.InferInput:
+            x = grpcclient.InferInput("x", [1, 3], "FP32")
+            x.set_data_from_numpy(np.full((1, 3), value, dtype=np.float32))
+            return x
+
+        results: list[object] = []
+
+        def run() -> None:
+            client = grpcclient.InferenceServerClient(target)
+            try:
+                results.append(client.infer("slow", [request(4.0)]).as_numpy("y"))
+            except InferenceServerException as exc:
+                results.append(exc)
+            finally:
+                client.close()
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        wait_until(
+            lambda: server.metric("podserve_inflight_requests", {"model": "slow"}) == 1,
+            what="one gRPC request in flight",
+        )
+        server.send_signal(signal.SIGTERM)
+        server.wait_log(lambda r: r.get("msg") == "SIGTERM: draining")
+        client = grpcclient.InferenceServerClient(target)
+        try:
+            assert not client.is_server_ready()
+            assert client.is_server_live()
+            with pytest.raises(InferenceServerException, match="draining") as refused:
+                client.infer("slow", [request(1.0)])
+            assert refused.value.status() == "StatusCode.UNAVAILABLE"
+        finally:
+            client.close()
+        thread.join(timeout=30)
+        assert len(results) == 1
+        output = results[0]
+        assert isinstance(output, np.ndarray), output
+        assert output.tolist() == [[8.0, 8.0, 8.0]]
+        assert server.wait_exit() == 0

@@ -46,5 +46,6 @@ STABLE_BACKEND = "podserve.dev/stable-backend"
 def cached_model_path(digest: str) -> str:
     """Where `podserve fetch --cache-dir /cache` leaves a verified model: content-addressed
     by its digest, so two models (or two pods on one node) never collide."""
+    # The layout of podserve.storage.cache: entries/<algorithm>-<hex>.
     algorithm, _, hexdigest = digest.partition(":")
-    return f"{CACHE_DIR}/{algorithm}/{hexdigest}"
+    return f"{CACHE_DIR}/entries/{algorithm}-{hexdigest}"
