@@ -194,3 +194,19 @@ def test_corrupt_file_fails_at_load(tmp_path: Path) -> None:
     (directory / "model.onnx").write_bytes(b"not a model")
     with pytest.raises(ModelLoadFailed, match=r"onnxruntime cannot load model\.onnx"):
         load_dir(directory)
+
+
+def test_allow_spinning_parameter_is_applied(tmp_path: Path) -> None:
+    import yaml
+
+    directory = tmp_path / "mlp"
+    shutil.copytree(EXAMPLES / "mlp", directory)
+    config_path = directory / "model.yaml"
+    config = yaml.safe_load(config_path.read_text())
+    config["parameters"] = {**config.get("parameters", {}), "allow_spinning": False}
+    config_path.write_text(yaml.safe_dump(config))
+    model = load_dir(directory)
+    assert isinstance(model, OnnxModel)
+    entries = model.session.get_session_options().get_session_config_entry
+    assert entries("session.intra_op.allow_spinning") == "0"
+    assert entries("session.inter_op.allow_spinning") == "0"

@@ -7,6 +7,10 @@ Parameters (model.yaml `parameters:`):
                             physical core it sees; set it to the pod's CPU limit)
   inter_op_num_threads      threads across independent operators (default: onnxruntime's)
   graph_optimization_level  disable | basic | extended | all (default all)
+  allow_spinning            whether idle intra-op threads spin-wait for the next operator
+                            (default true, onnxruntime's). Spinning trims latency but burns
+                            CPU the server's event loop needs when cores are few; false
+                            lets the threads sleep between calls.
 
 When model.yaml declares no inputs/outputs they are read from the graph, so the model's
 OIP metadata is right without repeating it. Non-tensor outputs (sequences, maps, such as
@@ -70,6 +74,10 @@ class OnnxModel(ModelAPI):
         for key in ("intra_op_num_threads", "inter_op_num_threads"):
             if params.get(key) is not None:
                 setattr(options, key, _non_negative_int(key, params[key]))
+        if params.get("allow_spinning") is not None:
+            spinning = "1" if bool(params["allow_spinning"]) else "0"
+            options.add_session_config_entry("session.intra_op.allow_spinning", spinning)
+            options.add_session_config_entry("session.inter_op.allow_spinning", spinning)
         options.graph_optimization_level = _optimization_level(
             ort, str(params.get("graph_optimization_level", "all"))
         )
