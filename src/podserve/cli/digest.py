@@ -21,6 +21,12 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("path", type=Path, metavar="PATH", help="model directory or file")
     parser.add_argument(
+        "--artifacts",
+        action="store_true",
+        help="leave out a top-level model.yaml: the digest to write into that model.yaml's "
+        "`digest:` field",
+    )
+    parser.add_argument(
         "--manifest",
         action="store_true",
         help="print the manifest that is hashed (one '<sha256> <size> <path>' "
@@ -32,10 +38,15 @@ def register(subparsers: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     import sys
 
-    from podserve.storage import InvalidModelURI, ModelNotFoundAtSource, compute_manifest
+    from podserve.storage import (
+        InvalidModelURI,
+        ModelNotFoundAtSource,
+        artifacts_manifest,
+        compute_manifest,
+    )
 
     try:
-        manifest = compute_manifest(args.path)
+        manifest = artifacts_manifest(args.path) if args.artifacts else compute_manifest(args.path)
     except ModelNotFoundAtSource as exc:
         sys.stderr.write(f"podserve digest: {exc.message}\n")
         return EXIT_NOT_FOUND

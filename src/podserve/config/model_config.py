@@ -7,7 +7,7 @@ descriptions, so code and docs cannot disagree.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -94,7 +94,27 @@ class ModelConfig(_Strict):
         description="Import path `package.module:Class` of a custom model (runtime: custom, or "
         "the module class for runtime: torch with safetensors weights).",
     )
-    version: str = Field("1", description="Version reported in metadata and URLs.")
+    version: str = Field(
+        "1",
+        description="Version reported in metadata and URLs. Numeric sub-directories "
+        "(`<name>/1/`, `<name>/2/`) override it: each is a version with its own artefacts, "
+        "and the highest is `latest`.",
+    )
+    version_policy: Literal["latest", "all"] = Field(
+        "latest",
+        description="With version sub-directories: preload only the latest version, or all.",
+    )
+    digest: str | None = Field(
+        None,
+        description="`sha256:<hex>` the model directory must match (see docs/storage.md); "
+        "a mismatch refuses to serve, naming expected and actual.",
+    )
+    memory_bytes: int | None = Field(
+        None,
+        ge=1,
+        description="Memory the loaded model takes, for the server's memory budget; "
+        "default: the size of its files.",
+    )
     preload: bool = Field(True, description="Load at startup; /startup waits for it.")
     instance_count: int = Field(
         1, ge=1, description="Worker threads running this model's batches concurrently."
@@ -110,8 +130,10 @@ class ModelConfig(_Strict):
     parameters: dict[str, Any] = Field(
         default_factory=dict, description="Runtime-specific options (see docs/runtimes.md)."
     )
-    # Set by the loader, not by the file: the directory the artefacts live in.
+    # Set by the loader, not by the file: the directory the artefacts live in, and for a
+    # model named by URI, that URI (fetched into the node cache before loading).
     directory: Path | None = Field(None, exclude=True)
+    source_uri: str | None = Field(None, exclude=True)
 
     @field_validator("name")
     @classmethod

@@ -7,6 +7,7 @@ Only the CLI builds these from the environment; everything below receives them.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -23,19 +24,45 @@ DEFAULT_SETTINGS_FILE = Path("/etc/podserve/settings.yaml")
 
 
 class ModelRef(BaseModel):
-    """`NAME=PATH[:runtime]` from `--model`."""
+    """`NAME=SOURCE[:runtime]` from `--model`. SOURCE is a local path (a model directory
+    or a single file) or a model URI (`s3://`, `https://`, `hf://`, `file://`), optionally
+    pinned with `@sha256:<hex>`."""
 
     name: str
-    path: Path
+    source: str
     runtime: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _path_alias(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "path" in data and "source" not in data:
+            data = {**data, "source": str(data.pop("path"))}
+        return data
+
+    @property
+    def is_remote(self) -> bool:
+        return "://" in self.source and not self.source.startswith("file://")
+
+    @property
+    def path(self) -> Path:
+        return Path(self.source.removeprefix("file://"))
 
     @classmethod
     def parse(cls, text: str) -> ModelRef:
         name, sep, rest = text.partition("=")
         if not sep or not name or not rest:
-            raise ValueError(f"--model {text!r} must look like NAME=PATH[:runtime]")
-        path, _, runtime = rest.rpartition(":") if ":" in rest else (rest, "", "")
-        return cls(name=name, path=Path(path), runtime=runtime or None)
+            raise ValueError(f"--model {text!r} must look like NAME=SOURCE[:runtime]")
+        source, runtime = rest, None
+        head, colon, tail = rest.rpartition(":")
+        # A trailing ":word" names the runtime, unless it is part of the URI: the scheme's
+        # "://", or the hex of an "@sha256:<hex>" pin.
+        if colon and head and _RUNTIME_NAME.fullmatch(tail) and not _HEX64.fullmatch(tail):
+            source, runtime = head, tail
+        return cls(name=name, source=source, runtime=runtime)
+
+
+_RUNTIME_NAME = re.compile(r"[a-z][a-z0-9_]*")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 class ServerSettings(BaseSettings):
@@ -91,6 +118,18 @@ class ServerSettings(BaseSettings):
     cache_dir: Path = Field(Path("/cache"), description="Model cache directory.")
     log_format: Literal["json", "console"] = Field("json", description="Log line format.")
     log_level: str = Field("INFO", description="Log level (DEBUG, INFO, WARNING, ERROR).")
+    autoload: bool = Field(
+        False,
+        description="Load a known but unloaded model on its first request (multi-model "
+        "serving); concurrent first requests share one load.",
+    )
+    memory_budget_bytes: int | None = Field(
+        None,
+        ge=1,
+        description="Memory the loaded models may use together; to load another, the least "
+        "recently used idle model is unloaded. Each model counts its `memory_bytes`, "
+        "else the size of its files.",
+    )
     access_log_sample_rate: float = Field(
         1.0,
         ge=0,

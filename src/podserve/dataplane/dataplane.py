@@ -76,7 +76,7 @@ class DataPlane:
         outputs = worker.model.outputs if worker else config.output_specs()
         return ModelMetadata(
             name=config.name,
-            versions=(config.version,),
+            versions=tuple(self.repository.versions(name)),
             platform=config.platform or config.runtime,
             inputs=inputs,
             outputs=outputs,
@@ -94,9 +94,8 @@ class DataPlane:
             timeout_s = _positive_float(header_timeout_ms, "x-request-timeout-ms header") / 1000
         else:
             with contextlib.suppress(ModelNotFound):
-                timeout_s = self.repository.entry(
-                    request.model_name
-                ).config.limits.default_timeout_s
+                entry = self.repository.entry(request.model_name, request.model_version)
+                timeout_s = entry.config.limits.default_timeout_s
             timeout_s = timeout_s or self.settings.default_timeout_s
         if request.deadline_s is not None:
             # A transport deadline (gRPC) is already absolute; keep the earlier of both.
@@ -118,7 +117,7 @@ class DataPlane:
         self.lifecycle.request_started()
         try:
             try:
-                worker = self.repository.worker(model, request.model_version)
+                worker = await self.repository.acquire_worker(model, request.model_version)
             except Unavailable as exc:
                 self._reject(model, exc.reason)
                 raise

@@ -118,6 +118,23 @@ class Metrics:
             ["model", "version"],
             registry=r,
         )
+        self.autoloads = Counter(
+            "podserve_model_autoloads",
+            "Loads triggered by a request for an unloaded model.",
+            ["model"],
+            registry=r,
+        )
+        self.evictions = Counter(
+            "podserve_model_evictions",
+            "Idle models unloaded to make room within the memory budget.",
+            ["model"],
+            registry=r,
+        )
+        self.memory_used = Gauge(
+            "podserve_model_memory_bytes",
+            "Memory budget held by the loaded models.",
+            registry=r,
+        )
         self.device_errors = Counter(
             "podserve_device_errors",
             "Inference calls that failed inside the model runtime.",

@@ -1,9 +1,15 @@
-"""Model states and background loading.
+"""The models of this process: states, background loading, versions, and a memory budget
+with least-recently-used unloading (ModelMesh-style density).
 
 States follow the OIP repository extension: UNAVAILABLE (known, not loaded), LOADING,
 READY, UNLOADING, plus FAILED with the error kept for /ready, /startup and the index.
 Loading runs on a thread so probes answer from the first second; `last_progress_s`
 moves whenever a load starts or ends, which is what liveness watches during loading.
+
+Versions: each (name, version) is its own entry; a request without a version (or with
+`latest`) goes to the highest version. With a memory budget, loading a model first
+unloads the least recently used idle models until it fits; a model with requests in
+flight is never unloaded, and a model that cannot fit even then is refused with 503.
 """
 
 from __future__ import annotations
@@ -13,17 +19,26 @@ import contextlib
 import enum
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from podserve.config.model_config import ModelConfig
 from podserve.core.clock import Clock
-from podserve.core.errors import ModelLoadFailed, ModelNotFound, ModelNotReady, PodserveError
+from podserve.core.errors import (
+    ModelLoadFailed,
+    ModelNotFound,
+    ModelNotReady,
+    PodserveError,
+    Unavailable,
+)
 from podserve.engine import ModelWorker
-from podserve.runtimes import LoadContext, ModelAPI, create_model
+from podserve.repository.loading import fetch_source, load_and_warm, model_size_bytes
+from podserve.runtimes import ModelAPI
 
 log = logging.getLogger("podserve.repository")
 
 WorkerFactory = Callable[[ModelConfig, ModelAPI], ModelWorker]
+LATEST = "latest"
 
 
 class ModelState(enum.StrEnum):
@@ -41,10 +56,24 @@ class ModelEntry:
     error: str | None = None
     worker: ModelWorker | None = None
     load_seconds: float | None = None
+    memory_bytes: int = 0
+    last_used_s: float = 0.0
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
     def name(self) -> str:
         return self.config.name
+
+    @property
+    def version(self) -> str:
+        return self.config.version
+
+
+@dataclass(frozen=True, slots=True)
+class RepositoryPolicy:
+    cache_dir: Path
+    autoload: bool = False
+    memory_budget_bytes: int | None = None
 
 
 class ModelRepository:
@@ -54,26 +83,47 @@ class ModelRepository:
         *,
         worker_factory: WorkerFactory,
         clock: Clock,
+        policy: RepositoryPolicy,
         on_loaded: Callable[[ModelEntry], None] | None = None,
+        on_event: Callable[[str, ModelEntry], None] | None = None,
     ) -> None:
-        self._entries = {c.name: ModelEntry(c) for c in configs}
+        self._entries = {(c.name, c.version): ModelEntry(c) for c in configs}
+        self._latest: dict[str, str] = {}
+        for name, version in self._entries:
+            current = self._latest.get(name)
+            if current is None or _version_key(version) > _version_key(current):
+                self._latest[name] = version
         self._worker_factory = worker_factory
         self._clock = clock
+        self._policy = policy
         self._on_loaded = on_loaded
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._on_event = on_event
+        # One memory decision at a time, so two loads never both count the same free room.
+        self._budget_lock = asyncio.Lock()
         self.last_progress_s = clock.now_s()
 
+    # --- lookup ------------------------------------------------------------------------
     def knows(self, name: str) -> bool:
-        return name in self._entries
+        return name in self._latest
 
     def entries(self) -> list[ModelEntry]:
-        return [self._entries[n] for n in sorted(self._entries)]
+        return [
+            self._entries[k]
+            for k in sorted(self._entries, key=lambda k: (k[0], _version_key(k[1])))
+        ]
+
+    def versions(self, name: str) -> list[str]:
+        return sorted((v for n, v in self._entries if n == name), key=_version_key)
 
     def entry(self, name: str, version: str | None = None) -> ModelEntry:
-        entry = self._entries.get(name)
-        if entry is None or (version is not None and version != entry.config.version):
-            label = name if version is None else f"{name} version {version}"
-            raise ModelNotFound(f"unknown model {label!r}; known: {sorted(self._entries)}")
+        if name not in self._latest:
+            raise ModelNotFound(f"unknown model {name!r}; known: {sorted(self._latest)}")
+        resolved = self._latest[name] if version in (None, LATEST) else version
+        entry = self._entries.get((name, resolved or ""))
+        if entry is None:
+            raise ModelNotFound(
+                f"unknown version {version!r} of model {name!r}; versions: {self.versions(name)}"
+            )
         return entry
 
     def worker(self, name: str, version: str | None = None) -> ModelWorker:
@@ -81,45 +131,77 @@ class ModelRepository:
         if entry.state is not ModelState.READY or entry.worker is None:
             detail = f": {entry.error}" if entry.error else ""
             raise ModelNotReady(f"model {name!r} is {entry.state.value}{detail}")
+        entry.last_used_s = self._clock.now_s()
         return entry.worker
+
+    async def acquire_worker(self, name: str, version: str | None = None) -> ModelWorker:
+        """The model's worker; with autoload, a known model that is not loaded is loaded
+        first (concurrent first requests wait for the same load)."""
+        entry = self.entry(name, version)
+        if (
+            self._policy.autoload
+            and entry.state in (ModelState.UNAVAILABLE, ModelState.LOADING)
+            and entry.worker is None
+        ):
+            if self._on_event is not None:
+                self._on_event("autoload", entry)
+            await self.load(name, entry.version)
+        return self.worker(name, entry.version)
 
     def workers(self) -> list[ModelWorker]:
         return [e.worker for e in self._entries.values() if e.worker is not None]
 
+    def used_bytes(self) -> int:
+        return sum(e.memory_bytes for e in self._entries.values() if e.worker is not None)
+
+    # --- loading -----------------------------------------------------------------------
     async def load_preloaded(self) -> None:
         """Load every `preload` model, one at a time (two large loads at once would need
         both models' peak memory together). One failure does not stop the others: the
         failed model's error stays on its entry for /startup, /ready and the index."""
         for entry in self.entries():
             if entry.config.preload:
-                with contextlib.suppress(ModelLoadFailed):
-                    await self.load(entry.name)
+                with contextlib.suppress(ModelLoadFailed, Unavailable):
+                    await self.load(entry.name, entry.version)
 
-    async def load(self, name: str) -> None:
-        entry = self.entry(name)
-        async with self._lock(name):
+    async def load(self, name: str, version: str | None = None) -> None:
+        entry = self.entry(name, version)
+        async with entry.lock:
             if entry.state is ModelState.READY:
                 return
             entry.state, entry.error = ModelState.LOADING, None
             self.last_progress_s = started = self._clock.now_s()
-            log.info("loading model", extra={"model": name, "runtime": entry.config.runtime})
+            log.info("loading model", extra={"model": name, "version": entry.version})
             try:
-                model = await asyncio.to_thread(_load_and_warm, entry.config)
+                config = entry.config
+                if config.source_uri is not None:
+                    config = await asyncio.to_thread(fetch_source, config, self._policy.cache_dir)
+                    entry.config = config
+                    self.last_progress_s = self._clock.now_s()
+                entry.memory_bytes = config.memory_bytes or model_size_bytes(config)
+                await self._make_room(entry)
+                model = await asyncio.to_thread(load_and_warm, config)
+            except Unavailable as exc:
+                entry.state, entry.error = ModelState.UNAVAILABLE, exc.message
+                raise
             except Exception as exc:
                 entry.state = ModelState.FAILED
                 entry.error = exc.message if isinstance(exc, PodserveError) else repr(exc)
                 self.last_progress_s = self._clock.now_s()
                 log.error("model failed to load", extra={"model": name, "error": entry.error})
                 raise ModelLoadFailed(f"model {name!r} failed to load: {entry.error}") from exc
-            entry.worker = self._worker_factory(entry.config, model)
+            entry.worker = self._worker_factory(config, model)
             entry.load_seconds = self._clock.now_s() - started
+            entry.last_used_s = self._clock.now_s()
             entry.state = ModelState.READY
             self.last_progress_s = self._clock.now_s()
             log.info(
                 "model ready",
                 extra={
                     "model": name,
+                    "version": entry.version,
                     "load_seconds": round(entry.load_seconds, 3),
+                    "memory_bytes": entry.memory_bytes,
                     # The startup probe must allow the observed load time plus headroom.
                     "recommended_startup_budget_s": round(entry.load_seconds * 1.5, 1),
                 },
@@ -127,32 +209,75 @@ class ModelRepository:
             if self._on_loaded is not None:
                 self._on_loaded(entry)
 
-    async def unload(self, name: str) -> None:
+    async def _make_room(self, entry: ModelEntry) -> None:
+        budget = self._policy.memory_budget_bytes
+        if budget is None:
+            return
+        async with self._budget_lock:
+            if entry.memory_bytes > budget:
+                raise Unavailable(
+                    f"model {entry.name!r} needs {entry.memory_bytes} bytes, more than the "
+                    f"whole memory budget of {budget} bytes",
+                    reason="memory_budget",
+                    retry_after_s=60,
+                )
+            while self.used_bytes() + entry.memory_bytes > budget:
+                victim = self._least_recently_used_idle(exclude=entry)
+                if victim is None:
+                    busy = sorted(
+                        f"{e.name}:{e.version}" for e in self._entries.values() if e.worker
+                    )
+                    raise Unavailable(
+                        f"model {entry.name!r} ({entry.memory_bytes} bytes) does not fit the "
+                        f"memory budget of {budget} bytes: {self.used_bytes()} bytes are held "
+                        f"by models with requests in flight ({', '.join(busy)})",
+                        reason="memory_budget",
+                    )
+                log.info(
+                    "unloading least recently used model to make room",
+                    extra={"model": victim.name, "version": victim.version, "for": entry.name},
+                )
+                if self._on_event is not None:
+                    self._on_event("eviction", victim)
+                await self._unload_entry(victim)
+
+    def _least_recently_used_idle(self, exclude: ModelEntry) -> ModelEntry | None:
+        idle = [
+            e
+            for e in self._entries.values()
+            if e is not exclude
+            and e.state is ModelState.READY
+            and e.worker is not None
+            and e.worker.inflight == 0
+        ]
+        return min(idle, key=lambda e: e.last_used_s, default=None)
+
+    # --- unloading ---------------------------------------------------------------------
+    async def unload(self, name: str, version: str | None = None) -> None:
+        """Unload one version, or every version of the model when none is given."""
+        targets = (
+            [self.entry(name, version)]
+            if version
+            else [self._entries[(name, v)] for v in self.versions(self.entry(name).name)]
+        )
+        for entry in targets:
+            await self._unload_entry(entry)
+
+    async def _unload_entry(self, entry: ModelEntry) -> None:
         """Stop taking requests for the model, let admitted ones finish, then free it."""
-        entry = self.entry(name)
-        async with self._lock(name):
-            worker = entry.worker
-            if worker is None:
+        worker = entry.worker
+        if worker is None:
+            if entry.state is not ModelState.LOADING:
                 entry.state, entry.error = ModelState.UNAVAILABLE, None
-                return
-            entry.state = ModelState.UNLOADING
-            await worker.wait_idle()
-            entry.worker = None
-            await asyncio.to_thread(worker.close)
-            entry.state = ModelState.UNAVAILABLE
-            log.info("model unloaded", extra={"model": name})
-
-    def _lock(self, name: str) -> asyncio.Lock:
-        return self._locks.setdefault(name, asyncio.Lock())
+            return
+        entry.state = ModelState.UNLOADING
+        await worker.wait_idle()
+        entry.worker = None
+        await asyncio.to_thread(worker.close)
+        entry.state = ModelState.UNAVAILABLE
+        log.info("model unloaded", extra={"model": entry.name, "version": entry.version})
 
 
-def _load_and_warm(config: ModelConfig) -> ModelAPI:
-    model = create_model(config)
-    directory = config.directory or config.artifact_path().parent
-    model.load(LoadContext(config=config, directory=directory, parameters=config.parameters))
-    if config.warmup:
-        request = model.warmup_request(config.name)
-        if request is not None:
-            model.validate(request)
-            model.postprocess(model.predict(model.preprocess(request)), request)
-    return model
+def _version_key(version: str) -> tuple[int, int | str]:
+    """Numeric versions order numerically, and after any non-numeric ones."""
+    return (1, int(version)) if version.isdigit() else (0, version)

@@ -25,7 +25,7 @@ from podserve.dataplane.dataplane import DataPlane
 from podserve.engine import ModelWorker, WorkerLimits
 from podserve.lifecycle import Lifecycle
 from podserve.obs.metrics import Metrics
-from podserve.repository import ModelEntry, ModelRepository, discover_models
+from podserve.repository import ModelEntry, ModelRepository, RepositoryPolicy, discover_models
 from podserve.runtimes import ModelAPI
 from podserve.server.app import App
 
@@ -74,9 +74,26 @@ def build_dataplane(settings: ServerSettings, loop: asyncio.AbstractEventLoop) -
         metrics.load_seconds.labels(entry.name, version).set(entry.load_seconds or 0.0)
         metrics.load_duration.labels(entry.name).observe(entry.load_seconds or 0.0)
         metrics.model_loaded.labels(entry.name, version).set(1)
+        metrics.memory_used.set(repository.used_bytes())
+
+    def on_event(kind: str, entry: ModelEntry) -> None:
+        if kind == "autoload":
+            metrics.autoloads.labels(entry.name).inc()
+        elif kind == "eviction":
+            metrics.evictions.labels(entry.name).inc()
+            metrics.model_loaded.labels(entry.name, entry.version).set(0)
 
     repository = ModelRepository(
-        configs, worker_factory=make_worker, clock=MONOTONIC, on_loaded=on_loaded
+        configs,
+        worker_factory=make_worker,
+        clock=MONOTONIC,
+        policy=RepositoryPolicy(
+            cache_dir=settings.cache_dir,
+            autoload=settings.autoload,
+            memory_budget_bytes=settings.memory_budget_bytes,
+        ),
+        on_loaded=on_loaded,
+        on_event=on_event,
     )
     lifecycle = Lifecycle(repository, MONOTONIC, load_stall_timeout_s=settings.load_stall_timeout_s)
     return DataPlane(
@@ -172,6 +189,7 @@ async def serve(
     # Bind before serving, so the port (even an ephemeral one) is known and connections
     # queue in the backlog from this moment.
     sock = config.bind_socket()
+    sock.listen(config.backlog)
     http_port = sock.getsockname()[1]
     serve_task = asyncio.ensure_future(server.serve(sockets=[sock]))
     listening = Listening(http_port=http_port, grpc_port=grpc_port)

@@ -5,7 +5,13 @@ optional extras imported when an s3:// or hf:// URI is fetched.
 """
 
 from podserve.storage.cache import ModelCache
-from podserve.storage.digest import Digest, Manifest, compute_digest, compute_manifest
+from podserve.storage.digest import (
+    Digest,
+    Manifest,
+    artifacts_manifest,
+    compute_digest,
+    compute_manifest,
+)
 from podserve.storage.errors import (
     CacheCorrupted,
     DigestMismatch,
@@ -40,6 +46,7 @@ __all__ = [
     "SourceAccessDenied",
     "SourceOptions",
     "StorageError",
+    "artifacts_manifest",
     "compute_digest",
     "compute_manifest",
     "ensure_local",

@@ -124,6 +124,13 @@ def compute_manifest(root: Path) -> Manifest:
     return Manifest.of(entries)
 
 
+def artifacts_manifest(root: Path, config_name: str = "model.yaml") -> Manifest:
+    """The manifest of a model directory without its top-level config file: what a
+    `digest:` written inside that config pins (a file cannot hold its own hash)."""
+    full = compute_manifest(root)
+    return Manifest.of(e for e in full.entries if e.path != config_name)
+
+
 def compute_digest(root: Path) -> Digest:
     return compute_manifest(root).digest
 
