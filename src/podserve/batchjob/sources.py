@@ -9,7 +9,9 @@ from pathlib import Path
 
 from podserve.config.model_config import MODEL_CONFIG_FILENAME, ModelConfig, load_model_config
 from podserve.core.errors import InvalidInput
-from podserve.runtimes import LoadContext, ModelAPI, create_model
+from podserve.repository.discovery import with_versions
+from podserve.repository.loading import load_and_warm
+from podserve.runtimes import ModelAPI
 from podserve.storage import ensure_local
 
 
@@ -27,11 +29,9 @@ def load_model(directory: Path) -> LoadedModel:
             f"{directory} has no {MODEL_CONFIG_FILENAME}; podserve batch needs a model "
             "directory (see docs/model-config.md)"
         )
-    config = load_model_config(directory)
-    model = create_model(config)
-    base = config.directory or directory
-    model.load(LoadContext(config=config, directory=base, parameters=config.parameters))
-    return LoadedModel(config=config, model=model)
+    # The server's own steps: the latest version directory, the digest pin, the warm-up.
+    config = with_versions(load_model_config(directory))[-1]
+    return LoadedModel(config=config, model=load_and_warm(config))
 
 
 def fetch_model_dir(uri: str, *, digest: str | None, cache_dir: Path) -> Path:
