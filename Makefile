@@ -48,6 +48,7 @@ unit: $(VENV)/.dev-installed
 
 bench: $(VENV)/.dev-installed
 	$(BIN)/python benchmarks/run.py
+	$(BIN)/python benchmarks/load.py
 
 fmt: $(VENV)/.dev-installed
 	$(BIN)/ruff format src tests scripts benchmarks examples

@@ -31,6 +31,7 @@ from podserve.core.tensors import Datatype
 from podserve.core.types import Array
 from podserve.runtimes.base import LoadContext, ModelAPI, Payload
 from podserve.runtimes.custom import import_model_class
+from podserve.runtimes.safetensors_mmap import mmap_state_dict
 
 _DTYPES = ("float32", "float16", "bfloat16", "float64")
 
@@ -44,6 +45,8 @@ class _TorchModel(ModelAPI):
         self._torch: Any = None
         self._device: Any = None
         self._dtype: Any = None
+        # The file mapping that backs zero-copy weights; it lives as long as they do.
+        self._mapping: Any = None
 
     def _configure(self, context: LoadContext) -> Any:
         """Import torch and read device/dtype/num_threads; returns the torch module."""
@@ -80,7 +83,10 @@ class _TorchModel(ModelAPI):
         self.module = module.to(device=self._device, dtype=self._dtype).eval()
 
     def unload(self) -> None:
+        # Dropping the references frees the weights and, once no tensor views it, the
+        # mapping (closing it while tensors still view it would raise).
         self.module = None
+        self._mapping = None
 
     def predict(self, batch: Payload) -> Payload:
         torch = self._torch
@@ -171,10 +177,15 @@ class SafetensorsTorchModel(_TorchModel):
         self._finish(_build(torch, cls, init_kwargs, state))
 
     def _read_state(self, path: Any) -> dict[str, Any]:
+        if str(self._device) == "cpu":
+            # Zero-copy: the weights are views into the file's mapping (see the module).
+            import torch
+
+            state, self._mapping = mmap_state_dict(torch, path)
+            return state
         from safetensors import safe_open
 
-        # safe_open memory-maps the file and materialises each tensor straight on the
-        # target device: no second full copy of the weights in host memory.
+        # For an accelerator, safe_open materialises each tensor straight on the device.
         try:
             with safe_open(str(path), framework="pt", device=str(self._device)) as handle:
                 return {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118
