@@ -7,7 +7,8 @@ def test_public_surface_is_what_we_mean() -> None:
         "CacheCorrupted", "Digest", "DigestMismatch", "FetchNetworkError", "FetchResult",
         "Fetcher", "InvalidModelURI", "Manifest", "MissingExtra", "ModelCache",
         "ModelNotFoundAtSource", "ModelURI", "Phase", "Progress", "Scheme",
-        "SourceAccessDenied", "SourceOptions", "StorageError", "artifacts_manifest", "compute_digest",
+        "SourceAccessDenied", "SourceOptions", "StorageError", "artifacts_manifest",
+        "compute_digest",
         "compute_manifest", "ensure_local", "fetch_model", "parse_model_uri", "progress_for",
         "release_local",
     }  # fmt: skip
