@@ -130,6 +130,33 @@ class ServerSettings(BaseSettings):
         "recently used idle model is unloaded. Each model counts its `memory_bytes`, "
         "else the size of its files.",
     )
+    payload_log_sample_rate: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Fraction of inference request/response pairs logged for drift "
+        "monitoring (0 turns payload logging off).",
+    )
+    payload_log_file: Path | None = Field(
+        None, description="JSONL file (rotated by size) that receives payload CloudEvents."
+    )
+    payload_log_file_max_bytes: int = Field(
+        100 * 1024 * 1024, ge=1024, description="Size at which the payload log file rotates."
+    )
+    payload_log_url: str | None = Field(
+        None, description="HTTP endpoint that receives payload CloudEvents (batched mode)."
+    )
+    payload_log_redact: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Tensor and parameter names whose values are replaced by [REDACTED] in "
+        "payload logs. In the environment: comma-separated.",
+    )
+    payload_log_buffer_records: int = Field(
+        1024,
+        ge=1,
+        description="Payload records buffered for the writer; when full, new records are "
+        "dropped and counted, never waited for.",
+    )
     access_log_sample_rate: float = Field(
         1.0,
         ge=0,
@@ -144,6 +171,13 @@ class ServerSettings(BaseSettings):
             value = [v for v in value.split(",") if v.strip()]
         if isinstance(value, list):
             return [ModelRef.parse(v) if isinstance(v, str) else v for v in value]
+        return value
+
+    @field_validator("payload_log_redact", mode="before")
+    @classmethod
+    def _split_names(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [v.strip() for v in value.split(",") if v.strip()]
         return value
 
     @model_validator(mode="after")

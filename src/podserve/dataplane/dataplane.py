@@ -26,6 +26,7 @@ from podserve.core.tensors import InferRequest, InferResponse
 from podserve.dataplane.types import HealthReport, ModelMetadata, RepositoryEntry, ServerMetadata
 from podserve.lifecycle import Lifecycle
 from podserve.obs.metrics import Metrics
+from podserve.obs.payloads import PayloadLogger
 from podserve.repository import ModelRepository, ModelState
 
 log = logging.getLogger("podserve.dataplane")
@@ -42,7 +43,9 @@ class DataPlane:
         lifecycle: Lifecycle,
         metrics: Metrics,
         clock: Clock,
+        payloads: PayloadLogger | None = None,
     ) -> None:
+        self.payloads = payloads
         self.settings = settings
         self.repository = repository
         self.lifecycle = lifecycle
@@ -109,6 +112,7 @@ class DataPlane:
         *,
         endpoint: str,
         disconnected: asyncio.Event | None = None,
+        request_id: str | None = None,
     ) -> InferResponse:
         model = request.model_name
         if self.lifecycle.draining:
@@ -123,14 +127,18 @@ class DataPlane:
                 raise
             try:
                 if disconnected is None:
-                    return await worker.infer(request)
-                return await _race_disconnect(worker.infer(request), disconnected)
+                    response = await worker.infer(request)
+                else:
+                    response = await _race_disconnect(worker.infer(request), disconnected)
             except Unavailable as exc:
                 self._reject(model, exc.reason)
                 raise
             except DeadlineExceeded:
                 self._reject(model, "deadline")
                 raise
+            if self.payloads is not None:
+                self.payloads.offer(request, response, request_id or request.id or "", endpoint)
+            return response
         finally:
             self.lifecycle.request_finished()
 

@@ -141,6 +141,12 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        self.payload_records = Counter(
+            "podserve_payload_records",
+            "Sampled payload records by outcome: written, dropped (buffer full) or sink_error.",
+            ["result"],
+            registry=r,
+        )
         self.ready = Gauge("podserve_ready", "1 when /ready answers 200.", registry=r)
         self.draining = Gauge("podserve_draining", "1 after SIGTERM, while draining.", registry=r)
         self.drain_cut = Counter(

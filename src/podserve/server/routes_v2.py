@@ -57,7 +57,9 @@ class V2Routes:
         )
         if deadline_s is not None:
             infer_request = dataclasses.replace(infer_request, deadline_s=deadline_s)
-        response = await self._dataplane.infer(infer_request, endpoint="v2")
+        response = await self._dataplane.infer(
+            infer_request, endpoint="v2", request_id=request.request_id
+        )
         binary = binary_output_names(infer_request, (t.name for t in response.outputs))
         payload, json_length = encode_infer_response(response, binary_outputs=binary)
         if json_length is None:

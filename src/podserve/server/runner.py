@@ -25,6 +25,8 @@ from podserve.dataplane.dataplane import DataPlane
 from podserve.engine import ModelWorker, WorkerLimits
 from podserve.lifecycle import Lifecycle
 from podserve.obs.metrics import Metrics
+from podserve.obs.payload_sinks import HttpCloudEventsSink, JsonlFileSink
+from podserve.obs.payloads import PayloadLogger, PayloadSink
 from podserve.repository import ModelEntry, ModelRepository, RepositoryPolicy, discover_models
 from podserve.runtimes import ModelAPI
 from podserve.server.app import App
@@ -102,6 +104,26 @@ def build_dataplane(settings: ServerSettings, loop: asyncio.AbstractEventLoop) -
         lifecycle=lifecycle,
         metrics=metrics,
         clock=MONOTONIC,
+        payloads=build_payload_logger(settings, metrics),
+    )
+
+
+def build_payload_logger(settings: ServerSettings, metrics: Metrics) -> PayloadLogger | None:
+    sinks: list[PayloadSink] = []
+    if settings.payload_log_file is not None:
+        sinks.append(
+            JsonlFileSink(settings.payload_log_file, max_bytes=settings.payload_log_file_max_bytes)
+        )
+    if settings.payload_log_url is not None:
+        sinks.append(HttpCloudEventsSink(settings.payload_log_url))
+    if not sinks or settings.payload_log_sample_rate <= 0:
+        return None
+    return PayloadLogger(
+        sinks=sinks,
+        sample_rate=settings.payload_log_sample_rate,
+        redact=frozenset(settings.payload_log_redact),
+        buffer_records=settings.payload_log_buffer_records,
+        count=lambda result, n: metrics.payload_records.labels(result).inc(n),
     )
 
 
@@ -208,4 +230,6 @@ async def serve(
             await stop_grpc_server(grpc_server, grace_s=0 if server.force_exit else 1.0)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+        if dataplane.payloads is not None:
+            await asyncio.to_thread(dataplane.payloads.close)
     return exit_code
