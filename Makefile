@@ -16,15 +16,17 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# Serving needs the core plus the scikit-learn and ONNX runtimes of the bundled models.
+# Serving needs the core plus the runtimes of the bundled models (scikit-learn, ONNX, and
+# torch + transformers for the embedding and language models).
 $(VENV)/.serve-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[sklearn,onnx]'
+	$(BIN)/pip install --quiet $(TORCH_SPEC)
+	$(BIN)/pip install --quiet -e '.[sklearn,onnx,llm]'
 	touch $@
 
 # Development adds torch (for the torch runtime tests) and every test tool.
 $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet $(TORCH_SPEC)
-	$(BIN)/pip install --quiet -e '.[dev,torch]'
+	$(BIN)/pip install --quiet -e '.[dev,torch,llm]'
 	touch $@ $(VENV)/.serve-installed
 
 serve: $(VENV)/.serve-installed

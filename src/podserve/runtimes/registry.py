@@ -15,6 +15,7 @@ _BUILTIN: dict[str, str] = {
     "onnx": "podserve.runtimes.onnx:OnnxModel",
     "torchscript": "podserve.runtimes.torch:TorchScriptModel",
     "torch": "podserve.runtimes.torch:SafetensorsTorchModel",
+    "embedding": "podserve.runtimes.embedding:SentenceEmbeddingModel",
 }
 
 

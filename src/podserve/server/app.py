@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 from prometheus_client import Counter, Histogram
 
-from podserve.core.errors import Cancelled, PodserveError
+from podserve.core.errors import Cancelled, ModelNotFound, PodserveError
 from podserve.core.ids import accept_request_id
 from podserve.dataplane.dataplane import DataPlane
-from podserve.server.errors import error_response, status_of
+from podserve.server.errors import error_response, openai_error_response, status_of
 from podserve.server.http import (
     ClientGone,
     Receive,
@@ -27,6 +27,7 @@ from podserve.server.http import (
     send_response,
 )
 from podserve.server.routes_health import HealthRoutes
+from podserve.server.routes_openai import OpenAIRoutes
 from podserve.server.routes_v2 import V2Routes
 
 log = logging.getLogger("podserve.access")
@@ -40,6 +41,9 @@ class Route:
     handler: Handler
     # Inference-like routes are counted in request metrics and watched for disconnects.
     inference: bool = False
+    endpoint: str = "v2"
+    # OpenAI routes answer errors with OpenAI's error object.
+    openai: bool = False
 
 
 class App:
@@ -67,6 +71,13 @@ class App:
             path: {"GET": Route(handler)} for path, handler in probe.items()
         }
         self._static["/v2/repository/index"] = {"POST": Route(self._v2.repository_index)}
+        openai = OpenAIRoutes(dataplane)
+        self._static["/v1/models"] = {"GET": Route(openai.models, openai=True)}
+        self._static["/v1/embeddings"] = {
+            "POST": Route(
+                openai.embeddings, inference=True, endpoint="openai.embeddings", openai=True
+            )
+        }
         self._requests: Counter = dataplane.metrics.requests
         self._duration: Histogram = dataplane.metrics.request_duration
 
@@ -78,6 +89,8 @@ class App:
         if table is None:
             table, params, model = self._dynamic(path)
         if table is None:
+            if path.startswith("/v1/"):
+                return openai_error_response(ModelNotFound(f"no route for {method} {path}"))
             return json_response(404, {"error": f"no route for {method} {path}"})
         route = table.get(method)
         if route is None:
@@ -134,19 +147,19 @@ class App:
         if route.inference:
             response = await self._run_inference(route, request)
             if response is None:
-                self._account(request, 499, started)
+                self._account(request, route, 499, started)
                 return
         else:
             response = await self._run(route, request)
         await send_response(send, response, request_id)
         if route.inference:
-            self._account(request, response.status, started)
+            self._account(request, route, response.status, started)
 
     async def _run(self, route: Route, request: Request) -> Response:
         try:
             return await route.handler(request)
         except PodserveError as exc:
-            return error_response(exc)
+            return openai_error_response(exc) if route.openai else error_response(exc)
         except ClientGone:
             return json_response(499, {"error": "client disconnected"})
         except Exception:
@@ -185,12 +198,12 @@ class App:
             answering = True
             watcher.cancel()
 
-    def _account(self, request: Request, status: int, started: float) -> None:
+    def _account(self, request: Request, route: Route, status: int, started: float) -> None:
         elapsed = time.perf_counter() - started
         # Only known models become label values: a typo in a URL must not mint a series.
         model = request.model if self._dataplane.repository.knows(request.model) else ""
-        self._requests.labels(model, "v2", str(status)).inc()
-        self._duration.labels(model, "v2").observe(elapsed)
+        self._requests.labels(model, route.endpoint, str(status)).inc()
+        self._duration.labels(model, route.endpoint).observe(elapsed)
         if self._sample_rate and (self._sample_rate >= 1 or random.random() < self._sample_rate):
             log.info(
                 "request",

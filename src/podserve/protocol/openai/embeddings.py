@@ -1,0 +1,90 @@
+"""`POST /v1/embeddings`: the request schema, its mapping to a BYTES tensor of texts, and
+the response (floats, or base64 of little-endian float32 — the openai SDK asks for base64
+by default and decodes it itself)."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any, Literal
+
+import numpy as np
+import orjson
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from podserve.core.errors import InvalidInput
+from podserve.core.tensors import Datatype, InferRequest, Tensor
+
+MAX_INPUTS = 2048
+
+
+class EmbeddingRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    model: str
+    input: str | list[str] | list[int] | list[list[int]]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = None
+    user: str | None = None
+
+    def texts(self) -> list[str]:
+        if isinstance(self.input, str):
+            return [self.input]
+        if not self.input:
+            raise InvalidInput("'input' must not be empty")
+        if not all(isinstance(item, str) for item in self.input):
+            raise InvalidInput(
+                "'input' as token ids is not supported; send the text (a string or a list of "
+                "strings)"
+            )
+        if len(self.input) > MAX_INPUTS:
+            raise InvalidInput(f"'input' has {len(self.input)} items; at most {MAX_INPUTS}")
+        return [str(item) for item in self.input]
+
+
+def decode_embedding_request(body: bytes) -> tuple[EmbeddingRequest, InferRequest]:
+    try:
+        parsed = EmbeddingRequest.model_validate(orjson.loads(body))
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInput(f"request body is not valid JSON: {exc}") from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        raise InvalidInput(f"'{where}': {first['msg']}") from None
+    texts = parsed.texts()
+    if parsed.dimensions is not None and parsed.dimensions < 1:
+        raise InvalidInput("'dimensions' must be at least 1")
+    array = np.array([t.encode("utf-8") for t in texts], dtype=object)
+    request = InferRequest(model_name=parsed.model, inputs=(Tensor("text", Datatype.BYTES, array),))
+    return parsed, request
+
+
+def encode_embedding_response(
+    request: EmbeddingRequest, embeddings: np.ndarray[Any, Any], tokens: np.ndarray[Any, Any]
+) -> bytes:
+    if request.dimensions is not None:
+        if request.dimensions > embeddings.shape[1]:
+            raise InvalidInput(
+                f"'dimensions' {request.dimensions} exceeds the model's {embeddings.shape[1]}"
+            )
+        # Matryoshka-style truncation, renormalised, as OpenAI's text-embedding-3 does.
+        embeddings = embeddings[:, : request.dimensions]
+        norms = np.linalg.norm(embeddings, axis=1, keepdims=True)
+        embeddings = embeddings / np.maximum(norms, 1e-12)
+    data = []
+    for index, row in enumerate(embeddings.astype(np.float32)):
+        vector: Any = (
+            base64.b64encode(row.astype("<f4").tobytes()).decode()
+            if request.encoding_format == "base64"
+            else row
+        )
+        data.append({"object": "embedding", "index": index, "embedding": vector})
+    used = int(tokens.sum())
+    return orjson.dumps(
+        {
+            "object": "list",
+            "data": data,
+            "model": request.model,
+            "usage": {"prompt_tokens": used, "total_tokens": used},
+        },
+        option=orjson.OPT_SERIALIZE_NUMPY,
+    )
