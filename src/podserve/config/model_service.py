@@ -51,6 +51,7 @@ _FACTORS = {
 }
 _DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 _DIGEST = r"^sha256:[0-9a-f]{64}$"
+_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 
 
 def quantity_value(text: str) -> Decimal:
@@ -447,6 +448,80 @@ class Timing(_Spec):
     )
 
 
+class Evaluation(_Spec):
+    schedule: str = Field(
+        "17 * * * *", min_length=1, description="Cron schedule of the `podserve eval` CronJob."
+    )
+    suite: str | None = Field(
+        None,
+        min_length=1,
+        description="The golden set inline (JSONL, one case a line; docs/eval.md), rendered "
+        "into the ConfigMap `<name>-eval-suite`. Give this or suiteConfigMap.",
+    )
+    suite_config_map: str | None = Field(
+        None,
+        pattern=_DNS_SUBDOMAIN,
+        description="Existing ConfigMap with the golden set under the key `suite.jsonl`.",
+    )
+    suite_name: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*$",
+        description="`suite` label of the metrics; default `<namespace>.<name>`.",
+    )
+    baseline_config_map: str | None = Field(
+        None,
+        pattern=_DNS_SUBDOMAIN,
+        description="ConfigMap with a stored result (`podserve eval --save-baseline`) under "
+        "the key `baseline.json`: each run fails on a drop beyond maxDrop against it.",
+    )
+    max_drop: float = Field(
+        0.05, ge=0, le=1, description="Largest allowed fall of a pass ratio vs the baseline."
+    )
+    min_pass_ratio: float = Field(
+        0.95,
+        ge=0,
+        le=1,
+        description="Below this overall pass ratio the run fails and PodserveEvalRegression fires.",
+    )
+    pushgateway: str | None = Field(
+        None,
+        pattern=r"^https?://",
+        description="Pushgateway URL the run pushes its metrics to, e.g. "
+        "`http://prometheus-pushgateway.monitoring.svc:9091`.",
+    )
+    textfile_dir: str | None = Field(
+        None,
+        pattern=r"^/",
+        description="Node directory of node-exporter's textfile collector (a hostPath) to "
+        "write the metrics to, instead of or besides a Pushgateway.",
+    )
+    concurrency: int = Field(4, ge=1, le=64, description="Requests in flight during a run.")
+    timeout_seconds: float = Field(30.0, gt=0, le=600, description="Per-request timeout.")
+    deadline_seconds: int = Field(
+        900, ge=60, le=86400, description="activeDeadlineSeconds of each run."
+    )
+    stale_after_seconds: int = Field(
+        10800,
+        ge=300,
+        description="PodserveEvalStale fires when the last run is older than this (about "
+        "three periods of the schedule).",
+    )
+    alerts: bool = Field(
+        True, description="Render a PrometheusRule with PodserveEvalRegression and -Stale."
+    )
+
+    @model_validator(mode="after")
+    def _sources(self) -> Evaluation:
+        if (self.suite is None) == (self.suite_config_map is None):
+            raise ValueError("eval takes suite (inline) or suiteConfigMap, exactly one")
+        if self.alerts and self.pushgateway is None and self.textfile_dir is None:
+            raise ValueError(
+                "eval alerts need the metrics exported: set eval.pushgateway or "
+                "eval.textfileDir (or alerts: false)"
+            )
+        return self
+
+
 class ModelServiceSpec(_Spec):
     model: ModelSource = Field(description="The model to serve.")
     image: Image = Field(default_factory=Image, description="The server image.")
@@ -475,6 +550,12 @@ class ModelServiceSpec(_Spec):
     capacity: Capacity = Field(default_factory=Capacity, description="On-demand vs spot.")
     cold_start: ColdStart = Field(default_factory=ColdStart, description="Cold-start helpers.")
     monitoring: Monitoring = Field(default_factory=Monitoring, description="Prometheus.")
+    evaluation: Evaluation | None = Field(
+        None,
+        alias="eval",
+        description="Golden-set evaluation on a schedule: a CronJob running `podserve eval` "
+        "against the Service, and alerts on its pass ratio (docs/eval.md).",
+    )
     timing: Timing = Field(default_factory=Timing, description="Termination timing.")
     network_policy: bool = Field(
         True, description="Render a NetworkPolicy admitting only the serving ports."
