@@ -6,8 +6,10 @@ tell it how that level went. Given explicit levels it walks them in order. In au
 mode it doubles the load until the SLO fails (or, without an SLO, until throughput stops
 growing), then bisects between the last level that held and the first that failed.
 
-The knee is the level with the most Kleinrock "power" (throughput ÷ mean latency): below
-it more load buys throughput at little latency cost, above it load mostly buys queueing.
+The knee is the lowest level that reaches KNEE_FRACTION (90%) of the peak throughput:
+below it more load still buys throughput, above it load mostly buys queueing. (Kleinrock's
+power, throughput ÷ latency, was tried first; on real servers, whose latency grows from
+the first extra request, it names concurrency 1 almost every time.)
 """
 
 from __future__ import annotations
@@ -104,16 +106,16 @@ def ceiling_level(steps: Sequence[StepSummary]) -> float | None:
     return best
 
 
+KNEE_FRACTION = 0.9
+
+
 def knee_level(steps: Sequence[StepSummary]) -> float | None:
-    """The level of maximum throughput ÷ mean latency."""
-    best_power, best = -math.inf, None
-    for step in steps:
-        if step.latency_ms is None or step.latency_ms.mean <= 0:
-            continue
-        power = step.throughput_rps / step.latency_ms.mean
-        if power > best_power:
-            best_power, best = power, step.level
-    return best
+    """The lowest level whose throughput reaches KNEE_FRACTION of the peak."""
+    measured = [s for s in steps if s.throughput_rps > 0]
+    if not measured:
+        return None
+    peak = max(s.throughput_rps for s in measured)
+    return min(s.level for s in measured if s.throughput_rps >= KNEE_FRACTION * peak)
 
 
 @dataclass(frozen=True, slots=True)
