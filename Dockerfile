@@ -23,7 +23,9 @@ RUN if ! command -v python3 >/dev/null || ! python3 -c "import venv" 2>/dev/null
     fi
 
 FROM base AS build
-ARG EXTRAS=""
+# sklearn + onnx runtimes, s3 and hf fetchers, and `podserve eval` for the eval CronJob;
+# add torch (or llm) for the torch and language-model runtimes.
+ARG EXTRAS="sklearn,onnx,s3,hf,eval"
 ARG TORCH_SPEC=""
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 WORKDIR /src

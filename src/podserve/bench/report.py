@@ -120,7 +120,9 @@ def to_markdown(result: BenchResult, plot_files: list[Path] | None = None) -> st
     elif plan["slo"] != "none":
         lines.append("**Ceiling:** the SLO did not hold at the lowest level measured.")
     if result.knee is not None:
-        lines.append(f"**Knee** (max throughput ÷ latency): {unit} {result.knee:g}.")
+        lines.append(
+            f"**Knee** (lowest load reaching 90% of peak throughput): {unit} {result.knee:g}."
+        )
     if result.advice is not None:
         lines += [
             "",
