@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-import numpy as np
-
 from podserve.admission import DrainRateEstimator, QueuePressure
 from podserve.batching import BatchPolicy, BatchPolicyConfig
 from podserve.config.model_config import ModelConfig
@@ -33,14 +31,13 @@ from podserve.core.errors import (
     PodserveError,
     Unavailable,
 )
-from podserve.core.tensors import InferRequest, InferResponse, Tensor
+from podserve.core.tensors import InferRequest, InferResponse
 from podserve.engine.executor import WorkerThreads
 from podserve.obs.metrics import ModelMetrics
-from podserve.runtimes.base import ModelAPI, Payload
+from podserve.runtimes.base import ModelAPI
+from podserve.runtimes.batch_call import Outcome, run_batch
 
 log = logging.getLogger("podserve.engine")
-
-Outcome = tuple[Tensor, ...] | PodserveError
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,71 +275,11 @@ class ModelWorker:
 
     # --- the worker thread -----------------------------------------------------------
     def _execute(self, requests: list[InferRequest]) -> list[Outcome]:
-        """preprocess each → one predict for all → postprocess each. One bad request
-        never fails its batch-mates: preprocessing errors stay with their request, and a
-        batch whose predict fails is retried one request at a time to find the culprit."""
-        outcomes: list[Outcome | None] = [None] * len(requests)
-        payloads: list[tuple[int, Payload]] = []
-        for i, request in enumerate(requests):
-            try:
-                payloads.append((i, self.model.preprocess(request)))
-            except Exception as exc:
-                outcomes[i] = self._as_error(exc, "preprocess")
-        if len(payloads) > 1:
-            try:
-                outputs = self._predict_batch([p for _, p in payloads])
-            except Exception as exc:
-                log.warning(
-                    "batched predict failed; retrying requests one by one",
-                    extra={"model": self.name, "batch": len(payloads), "error": str(exc)},
-                )
-                outputs = None
-            if outputs is not None:
-                for (i, _), out in zip(payloads, outputs, strict=True):
-                    outcomes[i] = self._postprocess(out, requests[i])
-                payloads = []
-        for i, payload in payloads:
-            try:
-                out = self.model.predict(payload)
-            except Exception as exc:
-                outcomes[i] = self._as_error(exc, "predict")
-                continue
-            outcomes[i] = self._postprocess(out, requests[i])
-        return [o if o is not None else InferenceFailed("no outcome") for o in outcomes]
+        return run_batch(self.model, requests, name=self.name, on_error=self._count_error)
 
-    def _predict_batch(self, payloads: list[Payload]) -> list[Payload]:
-        names = payloads[0].keys()
-        if any(p.keys() != names for p in payloads):
-            raise InvalidInput("requests in a batch carry different inputs")
-        merged = {name: np.concatenate([p[name] for p in payloads]) for name in names}
-        outputs = self.model.predict(merged)
-        sizes = [self.model.batch_size(p) for p in payloads]
-        total = sum(sizes)
-        bounds = np.cumsum(sizes)[:-1]
-        split: list[Payload] = [{} for _ in payloads]
-        for name, array in outputs.items():
-            if array.ndim == 0 or array.shape[0] != total:
-                raise InferenceFailed(
-                    f"output {name!r} has {array.shape[0] if array.ndim else 0} rows for a "
-                    f"batch of {total}; cannot split it back"
-                )
-            for part, piece in zip(split, np.split(array, bounds), strict=True):
-                part[name] = piece
-        return split
-
-    def _postprocess(self, outputs: Payload, request: InferRequest) -> Outcome:
-        try:
-            return self.model.postprocess(outputs, request)
-        except Exception as exc:
-            return self._as_error(exc, "postprocess")
-
-    def _as_error(self, exc: Exception, stage: str) -> PodserveError:
-        if isinstance(exc, DeviceError):
+    def _count_error(self, error: PodserveError) -> None:
+        if isinstance(error, DeviceError):
             self._metrics.device_errors.inc()
-        if isinstance(exc, PodserveError):
-            return exc
-        log.warning("model %s raised", stage, extra={"model": self.name, "error": repr(exc)})
-        return InferenceFailed(f"model {self.name!r} failed in {stage}: {exc}")
 
 
 def _rows_of(request: InferRequest) -> int:
