@@ -1,0 +1,229 @@
+"""The generation engine: a Scheduler and a ModelExecutor stepped by ONE background thread.
+
+Model calls stay off the event loop. Each step is schedule → execute → sample → update.
+`self._lock` guards the scheduler and the per-request state; it is NOT held while the
+model runs, so `submit` and `abort` never wait for a forward pass. The executor belongs
+to the step thread alone: an abort only records the request, and the thread frees its
+slot at the start of the next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from podserve.core.errors import InvalidInput, Unavailable
+from podserve.generation.detokenizer import IncrementalDetokenizer
+from podserve.generation.executor import ModelExecutor
+from podserve.generation.sampling import Sampler, SamplingParams
+from podserve.generation.stream import FinishReason, RequestStream, TokenEvent
+from podserve.scheduling import (
+    RequestStatus,
+    Scheduler,
+    SchedulerConfig,
+    SequenceOutput,
+    SequenceRequest,
+    StepResult,
+)
+
+_FINISH_REASONS: dict[RequestStatus, FinishReason] = {
+    RequestStatus.FINISHED_STOPPED: "stop",
+    RequestStatus.FINISHED_LENGTH: "length",
+    RequestStatus.FINISHED_ABORTED: "abort",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    num_running: int
+    num_waiting: int
+    kv_usage_ratio: float
+    num_preemptions: int
+    prompt_tokens_total: int
+    generation_tokens_total: int
+
+
+@dataclass(slots=True)
+class _Live:
+    stream: RequestStream
+    sampler: Sampler
+    detokenizer: IncrementalDetokenizer
+    prompt_ids: list[int]
+
+
+class GenerationEngine:
+    def __init__(self, executor: ModelExecutor, config: SchedulerConfig) -> None:
+        if config.max_num_seqs > executor.max_num_seqs:
+            raise ValueError(
+                f"max_num_seqs {config.max_num_seqs} exceeds the executor's "
+                f"{executor.max_num_seqs} KV slots"
+            )
+        self.executor = executor
+        self.scheduler = Scheduler(config)
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._live: dict[str, _Live] = {}
+        self._to_add: list[tuple[str, list[int]]] = []  # executor work for the step thread
+        self._to_free: list[str] = []
+        self._prompt_tokens = 0
+        self._generation_tokens = 0
+        self._stopping = False
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="podserve-generation", daemon=True)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Abort everything still running and join the step thread."""
+        with self._lock:
+            self._stopping = True
+            for request_id in list(self._live):
+                self._abort_locked(request_id)
+            self._wake.notify()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+        with self._lock:  # the thread is gone: hand the slots of aborted requests back
+            self._apply_executor_work_locked()
+
+    # -- requests ------------------------------------------------------------------------
+
+    def submit(
+        self, request_id: str, prompt_ids: Sequence[int], params: SamplingParams
+    ) -> RequestStream:
+        """Queue a request; iterate the returned stream for its tokens. Call it from the
+        consumer's event loop to get an async stream."""
+        limit = self.executor.max_context
+        if len(prompt_ids) + params.max_tokens > limit:
+            raise InvalidInput(
+                f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) "
+                f"exceeds the model's context of {limit} tokens"
+            )
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        prompt = list(prompt_ids)
+        live = _Live(
+            stream=RequestStream(request_id, loop),
+            sampler=Sampler(params),
+            detokenizer=IncrementalDetokenizer(self.executor.tokenizer, prompt, params.stop),
+            prompt_ids=prompt,
+        )
+        with self._lock:
+            if self._stopping or self._error is not None:
+                raise Unavailable("the generation engine is not running", reason="engine_stopped")
+            if request_id in self._live:
+                raise InvalidInput(f"request {request_id!r} is already running")
+            # the scheduler's refusals (e.g. over the KV budget) reach the caller as is
+            self.scheduler.add(SequenceRequest(request_id, len(prompt), params.max_tokens))
+            self._live[request_id] = live
+            self._to_add.append((request_id, prompt))
+            self._prompt_tokens += len(prompt)
+            self._wake.notify()
+        return live.stream
+
+    def abort(self, request_id: str) -> bool:
+        """End a request now (its stream gets a final "abort" event); False if unknown."""
+        with self._lock:
+            return self._abort_locked(request_id)
+
+    def stats(self) -> EngineStats:
+        with self._lock:
+            s = self.scheduler
+            return EngineStats(
+                num_running=s.num_running,
+                num_waiting=s.num_waiting,
+                kv_usage_ratio=s.kv_usage_ratio,
+                num_preemptions=s.num_preemptions,
+                prompt_tokens_total=self._prompt_tokens,
+                generation_tokens_total=self._generation_tokens,
+            )
+
+    def _abort_locked(self, request_id: str) -> bool:
+        if self.scheduler.abort(request_id) is None:
+            return False
+        self._finish_locked(request_id, TokenEvent(None, "", "abort"))
+        return True
+
+    def _finish_locked(self, request_id: str, event: TokenEvent, *, free_now: bool = False) -> None:
+        """End the request's stream. The step thread frees its executor slot before the
+        final event is seen (`free_now`); other threads defer the free to the next step,
+        because the executor may be mid-forward outside the lock."""
+        live = self._live.pop(request_id)
+        if free_now:
+            self.executor.free(request_id)
+        else:
+            self._to_free.append(request_id)
+        live.stream.finished = True
+        live.stream.put(event)
+
+    # -- the step thread -----------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while self._step():
+                pass
+        except BaseException as exc:  # end every stream once, even when the model fails
+            with self._lock:
+                self._error = exc
+                for request_id in list(self._live):
+                    self.scheduler.abort(request_id)
+                    self._finish_locked(request_id, TokenEvent(None, "", "error"))
+            raise
+
+    def _step(self) -> bool:
+        with self._lock:
+            while not self._stopping and not self.scheduler.has_unfinished:
+                self._apply_executor_work_locked()
+                self._wake.wait()
+            if self._stopping and not self.scheduler.has_unfinished:
+                return False
+            self._apply_executor_work_locked()
+            out = self.scheduler.schedule()
+        logits = self.executor.execute(out) if out.chunks else {}
+        with self._lock:
+            sampled: dict[str, tuple[int, str, bool]] = {}
+            outputs: list[SequenceOutput] = []
+            for request_id, row in logits.items():
+                live = self._live.get(request_id)
+                if live is None:  # aborted while the model ran
+                    continue
+                token = live.sampler.sample(row)
+                self.executor.append_token(request_id, token)
+                self._generation_tokens += 1
+                eos = token == self.executor.eos_token_id and not live.sampler.params.ignore_eos
+                if eos:
+                    delta_text, stopped = "", True
+                else:
+                    delta = live.detokenizer.add(token)
+                    delta_text, stopped = delta.text, delta.stopped
+                sampled[request_id] = (token, delta_text, stopped)
+                outputs.append(SequenceOutput(request_id, 1, stopped))
+            finished = {
+                f.request_id: f.status for f in self.scheduler.update(StepResult(tuple(outputs)))
+            }
+            for request_id, (token, text, _) in sampled.items():
+                status = finished.get(request_id)
+                if status is None:
+                    self._live[request_id].stream.put(TokenEvent(token, text))
+                    continue
+                reason = _FINISH_REASONS[status]
+                if reason == "length":
+                    text += self._live[request_id].detokenizer.flush()
+                self._finish_locked(request_id, TokenEvent(token, text, reason), free_now=True)
+        return True
+
+    def _apply_executor_work_locked(self) -> None:
+        # cheap bookkeeping only (no forward): safe under the lock
+        for request_id in self._to_free:
+            self.executor.free(request_id)
+        self._to_free.clear()
+        for request_id, prompt in self._to_add:
+            if request_id in self._live:
+                self.executor.add_sequence(request_id, prompt)
+        self._to_add.clear()
