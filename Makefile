@@ -51,6 +51,7 @@ unit: $(VENV)/.dev-installed
 bench: $(VENV)/.dev-installed
 	$(BIN)/python benchmarks/run.py
 	$(BIN)/python benchmarks/load.py
+	$(BIN)/python benchmarks/llm.py
 
 fmt: $(VENV)/.dev-installed
 	$(BIN)/ruff format src tests scripts benchmarks examples

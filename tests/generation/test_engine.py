@@ -165,6 +165,13 @@ def test_admission_names_the_limit(engine: GenerationEngine, executor: ModelExec
         small.submit("y", [1] * 40, SamplingParams(max_tokens=40))
 
 
+def test_kv_budget_beyond_the_slot_cache_is_refused(executor: ModelExecutor) -> None:
+    # 8 slots x 512 context = 4096 tokens of slot cache
+    with pytest.raises(ValueError, match="kv_cache_tokens 4097 exceeds the executor's slot cache"):
+        GenerationEngine(executor, SchedulerConfig(max_num_seqs=8, kv_cache_tokens=4097))
+    GenerationEngine(executor, SchedulerConfig(max_num_seqs=8, kv_cache_tokens=4096))
+
+
 def test_concurrent_async_clients_all_complete(engine: GenerationEngine) -> None:
     prompts = ["The function returns", "Return a list", "Process", "What does os.path.join do?"]
 

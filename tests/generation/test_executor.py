@@ -132,28 +132,93 @@ def test_preemption_recompute_keeps_output_equal_to_generate(
     assert executor.num_sequences == 0
 
 
+def record_forwards(executor: ModelExecutor, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    calls: list[Any] = []
+    forward = executor.model.forward
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        calls.append(tuple(kwargs["input_ids"].shape))
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(executor.model, "forward", recording)
+    return calls
+
+
+def step_greedy(executor: ModelExecutor, scheduler: Scheduler) -> dict[str, int]:
+    logits = executor.execute(scheduler.schedule())
+    tokens = {r: int(torch.argmax(row)) for r, row in logits.items()}
+    for request_id, token in tokens.items():
+        executor.append_token(request_id, token)
+    for finished in scheduler.update(StepResult(tuple(SequenceOutput(r) for r in tokens))):
+        executor.free(finished.request_id)
+    return tokens
+
+
 def test_decodes_of_different_lengths_run_in_one_forward(
     executor: ModelExecutor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls: list[Any] = []
-    forward = executor.model.forward
-    monkeypatch.setattr(
-        executor.model,
-        "forward",
-        lambda *a, **k: calls.append(k["input_ids"].shape) or forward(*a, **k),
-    )
+    calls = record_forwards(executor, monkeypatch)
     scheduler = Scheduler(SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=128))
+    lengths = []
     for i, prompt in enumerate(PROMPTS):
         ids = executor.encode_prompt(prompt)
+        lengths.append(len(ids))
         executor.add_sequence(str(i), ids)
         scheduler.add(SequenceRequest(str(i), len(ids), 2))
     for _ in range(2):
-        out = scheduler.schedule()
-        logits = executor.execute(out)
-        for request_id in logits:
-            executor.append_token(request_id, int(torch.argmax(logits[request_id])))
-        for finished in scheduler.update(StepResult(tuple(SequenceOutput(r) for r in logits))):
-            executor.free(finished.request_id)
-    # step 1: four prefills of one row each; step 2: one forward of four decode rows
-    assert [tuple(shape) for shape in calls[4:]] == [(4, 1)]
+        step_greedy(executor, scheduler)
+    # step 1: the four prompts' short prefills, one forward of one row per token (the
+    # longest, over 16 tokens, alone as one row); step 2: one forward of four decode rows
+    long = [n for n in lengths if n > executor.split_chunk_tokens]
+    short = sum(n for n in lengths if n <= executor.split_chunk_tokens)
+    assert calls == [(short, 1)] + [(1, n) for n in long] + [(4, 1)]
+    assert executor.num_sequences == 0
+
+
+def test_prefill_joins_the_decodes_in_one_forward_and_equals_generate(
+    executor: ModelExecutor, references: list[list[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # three sequences decode; then a fourth prompt arrives and prefills in the SAME
+    # forward as their decodes (the time to its first token is one step, not two)
+    calls = record_forwards(executor, monkeypatch)
+    scheduler = Scheduler(SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64))
+    generated: dict[str, list[int]] = {}
+    for i in (0, 1, 2):
+        ids = executor.encode_prompt(PROMPTS[i])
+        executor.add_sequence(str(i), ids)
+        scheduler.add(SequenceRequest(str(i), len(ids), NEW_TOKENS))
+        generated[str(i)] = []
+    for _ in range(3):
+        for r, token in step_greedy(executor, scheduler).items():
+            generated[r].append(token)
+    late = executor.encode_prompt(PROMPTS[3])
+    executor.add_sequence("3", late)
+    scheduler.add(SequenceRequest("3", len(late), NEW_TOKENS))
+    generated["3"] = []
+    calls.clear()
+    first = step_greedy(executor, scheduler)
+    assert calls == [(3 + len(late), 1)]  # 3 decode rows + one row per prompt token
+    assert set(first) == {"0", "1", "2", "3"}
+    for r, token in first.items():
+        generated[r].append(token)
+    while scheduler.has_unfinished:
+        for r, token in step_greedy(executor, scheduler).items():
+            generated[r].append(token)
+    assert [generated[str(i)] for i in range(4)] == references
+    assert executor.kv.num_free == 4
+
+
+def test_padded_ragged_forward_of_whole_chunks_equals_generate(
+    executor: ModelExecutor, references: list[list[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # no chunk is split into 1-token rows: decodes and prefill chunks of different
+    # lengths share padded forwards (rows right-aligned, 4-D mask, explicit positions)
+    calls = record_forwards(executor, monkeypatch)
+    monkeypatch.setattr(executor, "split_chunk_tokens", 0)
+    monkeypatch.setattr(executor, "forward_overhead_tokens", 10_000)  # always one forward
+    config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=16, prefill_chunk_tokens=7)
+    generated, _ = run_greedy(executor, config, join_every=2)
+    assert [generated[str(i)] for i in range(len(PROMPTS))] == references
+    assert any(rows > 1 and width > 1 for rows, width in calls)  # mixed, padded forwards
+    assert executor.kv.num_free == 4
     assert executor.num_sequences == 0

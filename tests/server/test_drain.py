@@ -179,3 +179,67 @@ def test_drain_applies_to_grpc(tmp_path: Path) -> None:
         assert isinstance(output, np.ndarray), output
         assert output.tolist() == [[8.0, 8.0, 8.0]]
         assert server.wait_exit() == 0
+
+
+def test_sixteen_streams_in_flight_at_sigterm_all_finish(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    import json
+
+    root = Path(__file__).resolve().parents[2]
+    with ServerProcess(
+        "--model",
+        f"tiny={root / 'examples/models/tiny-lm'}",
+        "--drain-timeout-s",
+        "120",
+        env={"HF_HUB_OFFLINE": "1"},
+    ) as server:
+        wait_until(lambda: server.get("/ready").status_code == 200, timeout_s=120, what="ready")
+        body = {
+            "model": "tiny",
+            "prompt": "The function returns",
+            "max_tokens": 64,
+            "stream": True,
+            "ignore_eos": True,
+            "temperature": 0.7,
+            "stream_options": {"include_usage": True},
+        }
+        results: list[tuple[int, bool] | BaseException] = []
+        first_token = threading.Barrier(17)
+
+        def stream(seed: int) -> None:
+            try:
+                tokens, done, seen_first = 0, False, False
+                with (
+                    httpx.Client(base_url=server.url, timeout=120) as client,
+                    client.stream("POST", "/v1/completions", json={**body, "seed": seed}) as r,
+                ):
+                    for line in r.iter_lines():
+                        if not line.startswith("data: "):
+                            continue
+                        if not seen_first:
+                            seen_first = True
+                            first_token.wait(timeout=60)
+                        if line == "data: [DONE]":
+                            done = True
+                            continue
+                        chunk = json.loads(line[6:])
+                        if chunk.get("usage"):
+                            tokens = chunk["usage"]["completion_tokens"]
+                results.append((tokens, done))
+            except BaseException as exc:
+                results.append(exc)
+
+        threads = [threading.Thread(target=stream, args=(i,), daemon=True) for i in range(16)]
+        for thread in threads:
+            thread.start()
+        first_token.wait(timeout=60)  # every stream has started producing tokens
+        server.send_signal(signal.SIGTERM)
+        server.wait_log(lambda r: r.get("msg") == "SIGTERM: draining")
+        with server.client() as client:
+            refused = client.post("/v1/completions", json={"model": "tiny", "prompt": "x"})
+        assert refused.status_code == 503
+        assert refused.headers["connection"] == "close"
+        for thread in threads:
+            thread.join(timeout=120)
+        assert results == [(64, True)] * 16
+        assert server.wait_exit(timeout_s=60) == 0

@@ -31,7 +31,11 @@ def load_model(directory: Path) -> LoadedModel:
         )
     # The server's own steps: the latest version directory, the digest pin, the warm-up.
     config = with_versions(load_model_config(directory))[-1]
-    return LoadedModel(config=config, model=load_and_warm(config))
+    model = load_and_warm(config)
+    if not isinstance(model, ModelAPI):
+        model.engine.stop()
+        raise InvalidInput(f"podserve batch scores tensor models; {config.name!r} generates text")
+    return LoadedModel(config=config, model=model)
 
 
 def fetch_model_dir(uri: str, *, digest: str | None, cache_dir: Path) -> Path:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 import podserve
@@ -24,6 +24,9 @@ from podserve.core.errors import (
 )
 from podserve.core.tensors import InferRequest, InferResponse
 from podserve.dataplane.types import HealthReport, ModelMetadata, RepositoryEntry, ServerMetadata
+from podserve.generation.sampling import SamplingParams
+from podserve.generation.service import GenerativeWorker
+from podserve.generation.stream import TokenEvent
 from podserve.lifecycle import Lifecycle
 from podserve.obs.metrics import Metrics
 from podserve.obs.payloads import PayloadLogger
@@ -75,8 +78,11 @@ class DataPlane:
         entry = self.repository.entry(name, version)
         config = entry.config
         worker = entry.worker
-        inputs = worker.model.inputs if worker else config.input_specs()
-        outputs = worker.model.outputs if worker else config.output_specs()
+        if isinstance(worker, GenerativeWorker):
+            inputs, outputs = worker.model_inputs, worker.model_outputs
+        else:
+            inputs = worker.model.inputs if worker else config.input_specs()
+            outputs = worker.model.outputs if worker else config.output_specs()
         return ModelMetadata(
             name=config.name,
             versions=tuple(self.repository.versions(name)),
@@ -125,6 +131,10 @@ class DataPlane:
             except Unavailable as exc:
                 self._reject(model, exc.reason)
                 raise
+            if isinstance(worker, GenerativeWorker):
+                raise InvalidInput(
+                    f"model {model!r} generates text: use /v1/completions or /v1/chat/completions"
+                )
             try:
                 if disconnected is None:
                     response = await worker.infer(request)
@@ -141,6 +151,52 @@ class DataPlane:
             return response
         finally:
             self.lifecycle.request_finished()
+
+    # --- generation --------------------------------------------------------------------
+    async def generative_worker(self, model: str) -> GenerativeWorker:
+        """The loaded generative model (loading it first with autoload)."""
+        if self.lifecycle.draining:
+            self._reject(model, "draining")
+            raise Draining()
+        try:
+            worker = await self.repository.acquire_worker(model)
+        except Unavailable as exc:
+            self._reject(model, exc.reason)
+            raise
+        if not isinstance(worker, GenerativeWorker):
+            raise InvalidInput(
+                f"model {model!r} is not a generative model; use /v2/models/{model}/infer"
+            )
+        return worker
+
+    def generate(
+        self, worker: GenerativeWorker, prompt_ids: list[int], params: SamplingParams
+    ) -> AsyncIterator[TokenEvent]:
+        """Admit one generation (raising before any byte is sent) and return its token
+        stream. The request counts as in flight for the drain until the stream ends."""
+        if self.lifecycle.draining:
+            self._reject(worker.name, "draining")
+            raise Draining()
+        try:
+            worker.check(prompt_ids, params)
+        except Unavailable as exc:
+            self._reject(worker.name, exc.reason)
+            raise
+        self.lifecycle.request_started()
+        return self._tracked(worker.generate(prompt_ids, params))
+
+    async def _tracked(self, events: AsyncIterator[TokenEvent]) -> AsyncIterator[TokenEvent]:
+        try:
+            async for event in events:
+                yield event
+        finally:
+            await events.aclose()  # type: ignore[attr-defined]  # an async generator
+            self.lifecycle.request_finished()
+
+    def refresh_generation_gauges(self) -> None:
+        for worker in self.repository.workers():
+            if isinstance(worker, GenerativeWorker):
+                worker.refresh_gauges()
 
     def _reject(self, model: str, reason: str) -> None:
         self.metrics.rejected.labels(model, reason).inc()

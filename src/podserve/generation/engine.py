@@ -60,6 +60,13 @@ class GenerationEngine:
                 f"max_num_seqs {config.max_num_seqs} exceeds the executor's "
                 f"{executor.max_num_seqs} KV slots"
             )
+        slot_tokens = executor.max_num_seqs * executor.max_context
+        if config.kv_cache_tokens > slot_tokens:
+            raise ValueError(
+                f"kv_cache_tokens {config.kv_cache_tokens} exceeds the executor's slot cache "
+                f"of {slot_tokens} tokens ({executor.max_num_seqs} slots x "
+                f"{executor.max_context} context); lower it to at most {slot_tokens}"
+            )
         self.executor = executor
         self.scheduler = Scheduler(config)
         self._lock = threading.Lock()

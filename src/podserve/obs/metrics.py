@@ -34,6 +34,26 @@ LATENCY_BUCKETS_S = (
     120.0,
     300.0,
 )
+# Per-token latencies: sub-millisecond to seconds.
+TOKEN_BUCKETS_S = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+)
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 LOAD_BUCKETS_S = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200)
 
@@ -147,6 +167,91 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        # --- generation (DESIGN.md §6) ---
+        self.ttft = Histogram(
+            "podserve_time_to_first_token_seconds",
+            "Time from arrival to the first token.",
+            ["model"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.tpot = Histogram(
+            "podserve_time_per_output_token_seconds",
+            "Mean time per output token after the first, per request.",
+            ["model"],
+            buckets=TOKEN_BUCKETS_S,
+            registry=r,
+        )
+        self.inter_token = Histogram(
+            "podserve_inter_token_latency_seconds",
+            "Time between consecutive tokens of a stream.",
+            ["model"],
+            buckets=TOKEN_BUCKETS_S,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            "podserve_e2e_request_latency_seconds",
+            "Time from arrival to the last token.",
+            ["model"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.prompt_tokens = Counter(
+            "podserve_prompt_tokens",
+            "Prompt tokens processed.",
+            ["model"],
+            registry=r,
+        )
+        self.generation_tokens = Counter(
+            "podserve_generation_tokens",
+            "Tokens generated.",
+            ["model"],
+            registry=r,
+        )
+        self.running = Gauge(
+            "podserve_num_requests_running",
+            "Sequences in the running batch.",
+            ["model"],
+            registry=r,
+        )
+        self.waiting = Gauge(
+            "podserve_num_requests_waiting",
+            "Sequences waiting to join the batch.",
+            ["model"],
+            registry=r,
+        )
+        self.kv_usage = Gauge(
+            "podserve_kv_cache_usage_ratio",
+            "Fraction of the KV-cache token budget in use.",
+            ["model"],
+            registry=r,
+        )
+        self.preemptions = Gauge(
+            "podserve_num_preemptions",
+            "Sequences preempted (and recomputed) since start.",
+            ["model"],
+            registry=r,
+        )
+        # The names the Gateway API Inference Extension endpoint picker and common KEDA
+        # configurations read, so that existing routing and autoscaling work unchanged.
+        self.vllm_waiting = Gauge(
+            "vllm:num_requests_waiting",
+            "Alias of podserve_num_requests_waiting.",
+            ["model_name"],
+            registry=r,
+        )
+        self.vllm_running = Gauge(
+            "vllm:num_requests_running",
+            "Alias of podserve_num_requests_running.",
+            ["model_name"],
+            registry=r,
+        )
+        self.vllm_kv_usage = Gauge(
+            "vllm:kv_cache_usage_perc",
+            "Alias of podserve_kv_cache_usage_ratio (0..1).",
+            ["model_name"],
+            registry=r,
+        )
         self.ready = Gauge("podserve_ready", "1 when /ready answers 200.", registry=r)
         self.draining = Gauge("podserve_draining", "1 after SIGTERM, while draining.", registry=r)
         self.drain_cut = Counter(
@@ -165,6 +270,22 @@ class Metrics:
             device_errors=self.device_errors.labels(model),
         )
 
+    def for_generation(self, model: str) -> GenerationMetrics:
+        return GenerationMetrics(
+            ttft=self.ttft.labels(model),
+            tpot=self.tpot.labels(model),
+            inter_token=self.inter_token.labels(model),
+            e2e=self.e2e.labels(model),
+            prompt_tokens=self.prompt_tokens.labels(model),
+            generation_tokens=self.generation_tokens.labels(model),
+            gauges=(
+                (self.running.labels(model), self.vllm_running.labels(model)),
+                (self.waiting.labels(model), self.vllm_waiting.labels(model)),
+                (self.kv_usage.labels(model), self.vllm_kv_usage.labels(model)),
+                (self.preemptions.labels(model),),
+            ),
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -179,3 +300,26 @@ class ModelMetrics:
     batch_size: Histogram
     compute_duration: Histogram
     device_errors: Counter
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationMetrics:
+    """The per-model children a generative model touches."""
+
+    ttft: Histogram
+    tpot: Histogram
+    inter_token: Histogram
+    e2e: Histogram
+    prompt_tokens: Counter
+    generation_tokens: Counter
+    # (running, waiting, kv usage, preemptions): each with its aliases
+    gauges: tuple[tuple[Gauge, ...], ...]
+
+    def set_engine_state(
+        self, *, running: int, waiting: int, kv_usage: float, preemptions: int
+    ) -> None:
+        for group, value in zip(
+            self.gauges, (running, waiting, kv_usage, preemptions), strict=True
+        ):
+            for gauge in group:
+                gauge.set(value)

@@ -7,6 +7,7 @@ from podserve.repository.repository import (
     ModelRepository,
     ModelState,
     RepositoryPolicy,
+    Worker,
 )
 
 __all__ = [
@@ -15,5 +16,6 @@ __all__ = [
     "ModelRepository",
     "ModelState",
     "RepositoryPolicy",
+    "Worker",
     "discover_models",
 ]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from podserve.config.model_config import ModelConfig
 from podserve.core.errors import ModelLoadFailed
+from podserve.generation.loading import GENERATIVE_RUNTIMES, LoadedGenerator, load_generator
 from podserve.repository.discovery import resolve_fetched
 from podserve.runtimes import LoadContext, ModelAPI, create_model
 from podserve.storage import (
@@ -56,8 +57,10 @@ def model_size_bytes(config: ModelConfig) -> int:
     return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
 
 
-def load_and_warm(config: ModelConfig) -> ModelAPI:
+def load_and_warm(config: ModelConfig) -> ModelAPI | LoadedGenerator:
     verify_digest(config)
+    if config.runtime in GENERATIVE_RUNTIMES:
+        return load_generator(config)
     model = create_model(config)
     directory = config.directory or config.artifact_path().parent
     model.load(LoadContext(config=config, directory=directory, parameters=config.parameters))

@@ -32,12 +32,16 @@ from podserve.core.errors import (
     Unavailable,
 )
 from podserve.engine import ModelWorker
+from podserve.generation.loading import LoadedGenerator
+from podserve.generation.service import GenerativeWorker
 from podserve.repository.loading import fetch_source, load_and_warm, model_size_bytes
 from podserve.runtimes import ModelAPI
 
 log = logging.getLogger("podserve.repository")
 
-WorkerFactory = Callable[[ModelConfig, ModelAPI], ModelWorker]
+# A loaded model: tensors through the dynamic batcher, or text through the generation engine.
+Worker = ModelWorker | GenerativeWorker
+WorkerFactory = Callable[[ModelConfig, ModelAPI | LoadedGenerator], Worker]
 LATEST = "latest"
 
 
@@ -54,7 +58,7 @@ class ModelEntry:
     config: ModelConfig
     state: ModelState = ModelState.UNAVAILABLE
     error: str | None = None
-    worker: ModelWorker | None = None
+    worker: Worker | None = None
     load_seconds: float | None = None
     memory_bytes: int = 0
     last_used_s: float = 0.0
@@ -126,7 +130,7 @@ class ModelRepository:
             )
         return entry
 
-    def worker(self, name: str, version: str | None = None) -> ModelWorker:
+    def worker(self, name: str, version: str | None = None) -> Worker:
         entry = self.entry(name, version)
         if entry.state is not ModelState.READY or entry.worker is None:
             detail = f": {entry.error}" if entry.error else ""
@@ -134,7 +138,7 @@ class ModelRepository:
         entry.last_used_s = self._clock.now_s()
         return entry.worker
 
-    async def acquire_worker(self, name: str, version: str | None = None) -> ModelWorker:
+    async def acquire_worker(self, name: str, version: str | None = None) -> Worker:
         """The model's worker; with autoload, a known model that is not loaded is loaded
         first (concurrent first requests wait for the same load)."""
         entry = self.entry(name, version)
@@ -148,7 +152,7 @@ class ModelRepository:
             await self.load(name, entry.version)
         return self.worker(name, entry.version)
 
-    def workers(self) -> list[ModelWorker]:
+    def workers(self) -> list[Worker]:
         return [e.worker for e in self._entries.values() if e.worker is not None]
 
     def used_bytes(self) -> int:

@@ -23,8 +23,10 @@ from podserve.server.http import (
     Response,
     Scope,
     Send,
+    StreamingResponse,
     json_response,
     send_response,
+    send_streaming,
 )
 from podserve.server.routes_health import HealthRoutes
 from podserve.server.routes_openai import OpenAIRoutes
@@ -33,7 +35,7 @@ from podserve.server.routes_v2 import V2Routes
 log = logging.getLogger("podserve.access")
 errlog = logging.getLogger("podserve.server")
 
-Handler = Callable[[Request], Awaitable[Response]]
+Handler = Callable[[Request], Awaitable[Response | StreamingResponse]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +75,16 @@ class App:
         self._static["/v2/repository/index"] = {"POST": Route(self._v2.repository_index)}
         openai = OpenAIRoutes(dataplane)
         self._static["/v1/models"] = {"GET": Route(openai.models, openai=True)}
+        self._static["/v1/completions"] = {
+            "POST": Route(
+                openai.completions, inference=True, endpoint="openai.completions", openai=True
+            )
+        }
+        self._static["/v1/chat/completions"] = {
+            "POST": Route(
+                openai.chat_completions, inference=True, endpoint="openai.chat", openai=True
+            )
+        }
         self._static["/v1/embeddings"] = {
             "POST": Route(
                 openai.embeddings, inference=True, endpoint="openai.embeddings", openai=True
@@ -145,17 +157,18 @@ class App:
         route, params, model = routed
         request = Request(scope, receive, method, path, headers, request_id, params, model)
         if route.inference:
-            response = await self._run_inference(route, request)
-            if response is None:
-                self._account(request, route, 499, started)
-                return
-        else:
-            response = await self._run(route, request)
+            status = await self._run_inference(route, request, send)
+            self._account(request, route, 499 if status is None else status, started)
+            return
+        response = await self._run(route, request)
+        if isinstance(response, StreamingResponse):  # only inference routes stream
+            raise TypeError(f"{path} returned a stream outside an inference route")
         await send_response(send, response, request_id)
-        if route.inference:
-            self._account(request, route, response.status, started)
 
-    async def _run(self, route: Route, request: Request) -> Response:
+    def _error(self, route: Route, exc: PodserveError) -> Response:
+        return openai_error_response(exc) if route.openai else error_response(exc)
+
+    async def _run(self, route: Route, request: Request) -> Response | StreamingResponse:
         try:
             return await route.handler(request)
         except PodserveError as exc:
@@ -166,13 +179,16 @@ class App:
             errlog.exception("unhandled error", extra={"request_id": request.request_id})
             return json_response(500, {"error": "internal server error; see the server log"})
 
-    async def _run_inference(self, route: Route, request: Request) -> Response | None:
-        """Run the handler, cancelling it if the client disconnects while it waits: a
-        queued request then leaves the queue and frees its slot. None = client gone."""
+    async def _run_inference(self, route: Route, request: Request, send: Send) -> int | None:
+        """Run the handler and send its answer, cancelling it if the client disconnects
+        first: a queued request then leaves the queue and frees its slot, and a stream is
+        aborted, freeing its sequence and KV cache. Returns the status; None = client gone."""
         try:
             await request.body(self._max_body_bytes)  # cached for the handler
         except PodserveError as exc:
-            return error_response(exc)
+            response = self._error(route, exc)
+            await send_response(send, response, request.request_id)
+            return response.status
         except ClientGone:
             return None
         task = asyncio.current_task()
@@ -189,7 +205,17 @@ class App:
 
         watcher = asyncio.ensure_future(watch_disconnect())
         try:
-            return await self._run(route, request)
+            result = await self._run(route, request)
+            if isinstance(result, StreamingResponse):
+                # The watcher stays armed while the stream is sent: a client that leaves
+                # mid-stream cancels it, which aborts the generation.
+                await send_streaming(send, result, request.request_id)
+                return result.status
+            answering = True
+            if result.status == 499:
+                return None
+            await send_response(send, result, request.request_id)
+            return result.status
         except asyncio.CancelledError:
             if gone:
                 return None

@@ -7,7 +7,7 @@ binary bodies, and a framework's per-request objects cost more than the whole de
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +29,29 @@ class Response:
     body: bytes
     content_type: bytes = JSON
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class StreamingResponse:
+    """A response whose body is produced while it is sent (server-sent events)."""
+
+    status: int
+    chunks: AsyncIterator[bytes]
+    content_type: bytes = b"text/event-stream"
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+
+async def send_streaming(send: Send, response: StreamingResponse, request_id: str) -> None:
+    headers = [
+        (b"content-type", response.content_type),
+        (b"cache-control", b"no-cache"),
+        (b"x-request-id", request_id.encode()),
+        *response.headers,
+    ]
+    await send({"type": "http.response.start", "status": response.status, "headers": headers})
+    async for chunk in response.chunks:
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def json_response(

@@ -32,4 +32,5 @@ class HealthRoutes:
 
     async def metrics(self, request: Request) -> Response:
         self._dataplane.ready()  # refreshes the podserve_ready gauge
+        self._dataplane.refresh_generation_gauges()
         return Response(200, self._dataplane.metrics.render(), EXPOSITION_CONTENT_TYPE.encode())

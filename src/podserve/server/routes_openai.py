@@ -3,17 +3,23 @@ drain and metrics apply unchanged; errors use OpenAI's error object."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import AsyncIterator
+from typing import Any
 
-from podserve.core.errors import InvalidInput
+from podserve.core.errors import InferenceFailed, InvalidInput, PodserveError
 from podserve.dataplane.dataplane import DataPlane
+from podserve.generation.sampling import SamplingParams
+from podserve.generation.stream import TokenEvent
+from podserve.protocol.openai import completions as oai
 from podserve.protocol.openai import (
     decode_embedding_request,
     encode_embedding_response,
     encode_model_list,
 )
 from podserve.repository import ModelState
-from podserve.server.http import Request, Response
+from podserve.server.http import Request, Response, StreamingResponse
 
 
 class OpenAIRoutes:
@@ -48,3 +54,109 @@ class OpenAIRoutes:
         return Response(
             200, encode_embedding_response(parsed, outputs["embedding"], outputs["tokens"])
         )
+
+    # --- generation ------------------------------------------------------------------------
+    async def completions(self, request: Request) -> Response | StreamingResponse:
+        body = await request.body(self._max_body_bytes)
+        parsed = oai.decode_request(body, oai.CompletionRequest)
+        request.model = parsed.model
+        worker = await self._dataplane.generative_worker(parsed.model)
+        prompt_ids = worker.executor.encode_prompt(parsed.prompt_text())
+        return await self._generate(
+            parsed, prompt_ids, _params(parsed, parsed.max_tokens), chat=False, worker=worker
+        )
+
+    async def chat_completions(self, request: Request) -> Response | StreamingResponse:
+        body = await request.body(self._max_body_bytes)
+        parsed = oai.decode_request(body, oai.ChatRequest)
+        request.model = parsed.model
+        worker = await self._dataplane.generative_worker(parsed.model)
+        prompt_ids = worker.executor.encode_chat(parsed.chat())
+        return await self._generate(
+            parsed, prompt_ids, _params(parsed, parsed.token_limit), chat=True, worker=worker
+        )
+
+    async def _generate(
+        self,
+        parsed: oai.CompletionRequest | oai.ChatRequest,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        *,
+        chat: bool,
+        worker: Any,
+    ) -> Response | StreamingResponse:
+        events = self._dataplane.generate(worker, prompt_ids, params)
+        rid = oai.new_id("chatcmpl" if chat else "cmpl")
+        if parsed.stream:
+            return StreamingResponse(200, self._sse(events, parsed, rid, len(prompt_ids), chat))
+        parts: list[str] = []
+        finish = "stop"
+        generated = 0
+        async with contextlib.aclosing(events):  # type: ignore[type-var]  # an async generator
+            async for event in events:
+                generated += event.token_id is not None
+                parts.append(event.text)
+                if event.finish_reason is not None:
+                    finish = _finish(event)
+        use = oai.usage(len(prompt_ids), generated)
+        body = (oai.chat_body if chat else oai.completion_body)(
+            rid, parsed.model, "".join(parts), finish, use
+        )
+        return Response(200, body)
+
+    async def _sse(
+        self,
+        events: AsyncIterator[TokenEvent],
+        parsed: oai.CompletionRequest | oai.ChatRequest,
+        rid: str,
+        prompt_tokens: int,
+        chat: bool,
+    ) -> AsyncIterator[bytes]:
+        created = int(time.time())
+        model = parsed.model
+        generated = 0
+        async with contextlib.aclosing(events):  # type: ignore[type-var]  # an async generator
+            if chat:
+                yield oai.chat_chunk(
+                    rid, model, created, {"role": "assistant", "content": ""}, None
+                )
+            try:
+                async for event in events:
+                    generated += event.token_id is not None
+                    finish = _finish(event) if event.finish_reason is not None else None
+                    if chat:
+                        delta = {"content": event.text} if event.text else {}
+                        if delta or finish:
+                            yield oai.chat_chunk(rid, model, created, delta, finish)
+                    elif event.text or finish:
+                        yield oai.completion_chunk(rid, model, created, event.text, finish)
+            except PodserveError as exc:
+                # The status line is gone already: report the error as the last event.
+                yield oai.sse({"error": {"message": exc.message, "type": "server_error"}})
+                yield oai.SSE_DONE
+                return
+        if parsed.include_usage:
+            obj = "chat.completion.chunk" if chat else "text_completion"
+            yield oai.usage_chunk(rid, model, created, obj, oai.usage(prompt_tokens, generated))
+        yield oai.SSE_DONE
+
+
+def _params(
+    parsed: oai.CompletionRequest | oai.ChatRequest, max_tokens: int | None
+) -> SamplingParams:
+    return SamplingParams(
+        temperature=parsed.temperature,
+        top_p=parsed.top_p,
+        top_k=parsed.top_k,
+        seed=parsed.seed,
+        max_tokens=max_tokens or 16,
+        stop=parsed.stop_strings(),
+        ignore_eos=parsed.ignore_eos,
+    )
+
+
+def _finish(event: TokenEvent) -> str:
+    if event.finish_reason in ("stop", "length"):
+        return event.finish_reason
+    # "abort" means the client left (nobody reads this); "error" ends the stream early.
+    raise InferenceFailed(f"generation ended with {event.finish_reason!r}")

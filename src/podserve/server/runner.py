@@ -23,11 +23,19 @@ from podserve.config.settings import ServerSettings
 from podserve.core.clock import MONOTONIC
 from podserve.dataplane.dataplane import DataPlane
 from podserve.engine import ModelWorker, WorkerLimits
+from podserve.generation.loading import LoadedGenerator
+from podserve.generation.service import GenerativeLimits, GenerativeWorker
 from podserve.lifecycle import Lifecycle
 from podserve.obs.metrics import Metrics
 from podserve.obs.payload_sinks import HttpCloudEventsSink, JsonlFileSink
 from podserve.obs.payloads import PayloadLogger, PayloadSink
-from podserve.repository import ModelEntry, ModelRepository, RepositoryPolicy, discover_models
+from podserve.repository import (
+    ModelEntry,
+    ModelRepository,
+    RepositoryPolicy,
+    Worker,
+    discover_models,
+)
 from podserve.runtimes import ModelAPI
 from podserve.server.app import App
 
@@ -55,7 +63,22 @@ def build_dataplane(settings: ServerSettings, loop: asyncio.AbstractEventLoop) -
     metrics = Metrics()
     configs = discover_models(settings.model_repository, settings.models)
 
-    def make_worker(config: ModelConfig, model: ModelAPI) -> ModelWorker:
+    def make_worker(config: ModelConfig, model: ModelAPI | LoadedGenerator) -> Worker:
+        if isinstance(model, LoadedGenerator):
+            return GenerativeWorker(
+                config=config,
+                executor=model.executor,
+                engine=model.engine,
+                limits=GenerativeLimits(
+                    max_queue=config.limits.max_queue or settings.max_queue,
+                    max_tokens_cap=model.max_tokens_cap,
+                    max_queued_prompt_tokens=model.max_queued_prompt_tokens,
+                    max_batch_time_s=config.limits.max_batch_time_s,
+                    max_num_seqs=model.max_num_seqs,
+                ),
+                metrics=metrics.for_generation(config.name),
+                clock=MONOTONIC,
+            )
         limits = WorkerLimits(
             max_queue=config.limits.max_queue or settings.max_queue,
             max_batch_time_s=config.limits.max_batch_time_s,

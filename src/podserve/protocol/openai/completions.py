@@ -1,0 +1,203 @@
+"""`POST /v1/completions` and `POST /v1/chat/completions`: request schemas, and the JSON
+and server-sent-event bodies of their responses (OpenAI's shapes, which the openai SDK
+parses)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Literal, TypeVar
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from podserve.core.errors import InvalidInput
+
+FinishReason = Literal["stop", "length"]
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    include_usage: bool = False
+
+
+class _Sampling(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float = Field(1.0, ge=0, le=2)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0)  # an extension vLLM also accepts
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = 1
+    logprobs: Any = None
+    ignore_eos: bool = False  # vLLM's extension, used by benchmarks
+
+    def stop_strings(self) -> tuple[str, ...]:
+        if self.stop is None:
+            return ()
+        stops = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+        if len(stops) > 4:
+            raise InvalidInput("'stop' takes at most 4 sequences")
+        return stops
+
+    def check_supported(self) -> None:
+        if self.n != 1:
+            raise InvalidInput(f"'n'={self.n} is not supported; only n=1")
+        if self.logprobs not in (None, False, 0):
+            raise InvalidInput("'logprobs' is not supported by this server")
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class CompletionRequest(_Sampling):
+    prompt: str | list[str]
+
+    def prompt_text(self) -> str:
+        if isinstance(self.prompt, str):
+            return self.prompt
+        if len(self.prompt) != 1:
+            raise InvalidInput("'prompt' as a list must hold exactly one string (n=1 batching)")
+        return self.prompt[0]
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["system", "user", "assistant", "developer", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        parts = []
+        for part in self.content:
+            if part.get("type") != "text":
+                raise InvalidInput(
+                    f"message content part of type {part.get('type')!r} is not supported"
+                )
+            parts.append(str(part.get("text", "")))
+        return "".join(parts)
+
+
+class ChatRequest(_Sampling):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+
+    def chat(self) -> list[dict[str, str]]:
+        return [
+            {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+            for m in self.messages
+        ]
+
+    @property
+    def token_limit(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+
+Request = TypeVar("Request", bound=_Sampling)
+
+
+def decode_request(body: bytes, schema: type[Request]) -> Request:
+    try:
+        parsed = schema.model_validate(orjson.loads(body))
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInput(f"request body is not valid JSON: {exc}") from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        raise InvalidInput(f"'{where}': {first['msg']}") from None
+    parsed.check_supported()
+    return parsed
+
+
+# --- responses -------------------------------------------------------------------------------
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def completion_body(rid: str, model: str, text: str, finish: str, use: dict[str, int]) -> bytes:
+    return orjson.dumps(
+        {
+            "id": rid,
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+            "usage": use,
+        }
+    )
+
+
+def chat_body(rid: str, model: str, text: str, finish: str, use: dict[str, int]) -> bytes:
+    return orjson.dumps(
+        {
+            "id": rid,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "logprobs": None,
+                    "finish_reason": finish,
+                }
+            ],
+            "usage": use,
+        }
+    )
+
+
+def sse(payload: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+SSE_DONE = b"data: [DONE]\n\n"
+
+
+def completion_chunk(rid: str, model: str, created: int, text: str, finish: str | None) -> bytes:
+    return sse(
+        {
+            "id": rid,
+            "object": "text_completion",
+            "created": created,
+            "model": model,
+            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+        }
+    )
+
+
+def chat_chunk(
+    rid: str, model: str, created: int, delta: dict[str, str], finish: str | None
+) -> bytes:
+    return sse(
+        {
+            "id": rid,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        }
+    )
+
+
+def usage_chunk(rid: str, model: str, created: int, obj: str, use: dict[str, int]) -> bytes:
+    return sse(
+        {"id": rid, "object": obj, "created": created, "model": model, "choices": [], "usage": use}
+    )

@@ -1,0 +1,187 @@
+"""/v1/completions and /v1/chat/completions on the bundled tiny LM, against the real
+server, with the openai SDK as the client (sync and async, streaming and not)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.support.server import ServerProcess, wait_until
+
+pytest.importorskip("transformers")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    lazy = tmp_path_factory.mktemp("lazy") / "lazy"
+    lazy.mkdir()
+    (lazy / "model.yaml").write_text("runtime: transformers\npreload: false\n")
+    with ServerProcess(
+        "--model",
+        f"tiny={ROOT / 'examples/models/tiny-lm'}",
+        "--model",
+        f"iris={ROOT / 'examples/models/iris'}",
+        "--model",
+        f"lazy={lazy}",
+        env={"HF_HUB_OFFLINE": "1"},
+    ) as process:
+        wait_until(lambda: process.get("/ready").status_code == 200, timeout_s=120, what="ready")
+        yield process
+
+
+@pytest.fixture
+def client(server: ServerProcess) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+
+
+def test_completion_returns_text_usage_and_finish_reason(client: openai.OpenAI) -> None:
+    result = client.completions.create(
+        model="tiny",
+        prompt="The function returns",
+        max_tokens=12,
+        temperature=0,
+        extra_body={"ignore_eos": True},
+    )
+    choice = result.choices[0]
+    assert choice.finish_reason == "length"
+    assert len(choice.text) > 0
+    assert result.usage.completion_tokens == 12
+    assert result.usage.prompt_tokens > 0
+    assert result.usage.total_tokens == result.usage.prompt_tokens + 12
+    # Greedy decoding is deterministic.
+    again = client.completions.create(
+        model="tiny",
+        prompt="The function returns",
+        max_tokens=12,
+        temperature=0,
+        extra_body={"ignore_eos": True},
+    )
+    assert again.choices[0].text == choice.text
+
+
+def test_chat_streaming_and_not_agree(client: openai.OpenAI) -> None:
+    messages = [{"role": "user", "content": "What does json.dumps do?"}]
+    whole = client.chat.completions.create(
+        model="tiny", messages=messages, max_tokens=20, temperature=0
+    )
+    stream = client.chat.completions.create(
+        model="tiny",
+        messages=messages,
+        max_tokens=20,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finishes = [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ]
+    assert whole.choices[0].message.role == "assistant"
+    assert text == whole.choices[0].message.content
+    assert finishes == [whole.choices[0].finish_reason]
+    assert chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+
+def test_stop_strings_cut_the_text(client: openai.OpenAI) -> None:
+    full = client.completions.create(
+        model="tiny",
+        prompt="The function returns",
+        max_tokens=30,
+        temperature=0,
+        extra_body={"ignore_eos": True},
+    )
+    text = full.choices[0].text
+    stop = text.strip().split(" ")[1]
+    cut = client.completions.create(
+        model="tiny",
+        prompt="The function returns",
+        max_tokens=30,
+        temperature=0,
+        stop=[stop],
+        extra_body={"ignore_eos": True},
+    )
+    assert cut.choices[0].finish_reason == "stop"
+    assert stop not in cut.choices[0].text
+    assert text.startswith(cut.choices[0].text)
+
+
+async def test_async_streams_run_concurrently(server: ServerProcess) -> None:
+    client = openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+
+    async def one(i: int) -> int:
+        stream = await client.completions.create(
+            model="tiny",
+            prompt=f"Return the value {i}",
+            max_tokens=16,
+            temperature=0.8,
+            seed=i,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True},
+        )
+        usage = None
+        async for chunk in stream:
+            if chunk.usage is not None:
+                usage = chunk.usage
+        assert usage is not None
+        return usage.completion_tokens
+
+    counts = await asyncio.gather(*(one(i) for i in range(8)))
+    await client.close()
+    assert counts == [16] * 8
+    assert server.metric("podserve_time_to_first_token_seconds_count", {"model": "tiny"}) >= 8
+    assert server.metric("podserve_generation_tokens_total", {"model": "tiny"}) >= 128
+
+
+def test_errors_follow_openai_shapes(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError, match="exceeds the model's context of 512"):
+        client.completions.create(model="tiny", prompt="word " * 300, max_tokens=256)
+    with pytest.raises(openai.BadRequestError, match="exceeds this model's limit of 256"):
+        client.completions.create(model="tiny", prompt="Hi", max_tokens=300)
+    with pytest.raises(openai.NotFoundError, match="unknown model 'nope'"):
+        client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(openai.BadRequestError, match="not a generative model"):
+        client.completions.create(model="iris", prompt="x")
+    with pytest.raises(openai.InternalServerError) as unavailable:
+        client.completions.create(model="lazy", prompt="x")
+    assert unavailable.value.status_code == 503
+    assert "retry-after" in unavailable.value.response.headers
+    with pytest.raises(openai.BadRequestError, match="'n'=2 is not supported"):
+        client.completions.create(model="tiny", prompt="x", n=2)
+
+
+def test_a_client_that_leaves_mid_stream_frees_its_sequence(server: ServerProcess) -> None:
+    body = {
+        "model": "tiny",
+        "prompt": "Return",
+        "max_tokens": 250,
+        "stream": True,
+        "ignore_eos": True,
+        "temperature": 0,
+    }
+    with (
+        httpx.Client(base_url=server.url, timeout=30) as http,
+        http.stream("POST", "/v1/completions", json=body) as response,
+    ):
+        assert response.headers["content-type"] == "text/event-stream"
+        lines = response.iter_lines()
+        first = next(line for line in lines if line.startswith("data: "))
+        assert '"text_completion"' in first
+        assert server.metric("podserve_num_requests_running", {"model": "tiny"}) == 1
+    # The connection is closed: the engine aborts the sequence within a step.
+    wait_until(
+        lambda: server.metric("podserve_num_requests_running", {"model": "tiny"}) == 0,
+        timeout_s=10,
+        what="the aborted stream to leave the running batch",
+    )
+    assert server.metric("vllm:num_requests_running", {"model_name": "tiny"}) == 0
+    assert server.metric("podserve_kv_cache_usage_ratio", {"model": "tiny"}) == 0
