@@ -253,9 +253,17 @@ def build_heavy_mlp(out: Path) -> list[Path]:
         .replace("256 -> 2048 -> ReLU -> 2048", "1024 -> 8192 -> ReLU -> 8192")
         .replace("~9.5 MFLOP", "~151 MFLOP")
         .replace("shape: [-1, 256]", "shape: [-1, 1024]")
+        # One row costs ~12 ms (memory-bound) and 64 rows ~54 ms: a lone request dispatched
+        # the moment the worker frees (work-conserving) would cost nearly a fifth of a full
+        # batch. Classic Triton batching waits up to 10 ms for a full batch instead.
+        .replace("max_queue_delay_ms: 2", "max_queue_delay_ms: 10\n  work_conserving: false")
+        # Two batches of 32 in the system at concurrency 64: one computes while the event
+        # loop answers the other's requests and decodes the next ones, instead of the model
+        # idling while a single batch of 64 makes its round trip.
+        .replace("max_batch_size: 64", "max_batch_size: 32")
         # Sleeping, not spinning, intra-op threads leave the event loop its CPU between
         # batches; on two cores that is worth more than the spin's latency.
-        + "parameters:\n  allow_spinning: false\n".replace(
+        + "parameters:\n  allow_spinning: false\n  intra_op_num_threads: 1\n".replace(
             "python scripts/make_example_models.py", "python scripts/make_example_models.py --heavy"
         )
     )
