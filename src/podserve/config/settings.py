@@ -130,6 +130,18 @@ class ServerSettings(BaseSettings):
         "recently used idle model is unloaded. Each model counts its `memory_bytes`, "
         "else the size of its files.",
     )
+    max_concurrent_sequences: int | None = Field(
+        None,
+        ge=1,
+        description="Default `max_num_seqs` of generative models (a model.yaml parameter "
+        "wins): sequences decoded together.",
+    )
+    max_context_tokens: int | None = Field(
+        None,
+        ge=16,
+        description="Default cap on prompt + max_tokens for generative models (a model.yaml "
+        "`max_context_tokens` wins); never above the model's own context.",
+    )
     payload_log_sample_rate: float = Field(
         0.0,
         ge=0,

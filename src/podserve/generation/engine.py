@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -51,6 +52,11 @@ class _Live:
     sampler: Sampler
     detokenizer: IncrementalDetokenizer
     prompt_ids: list[int]
+    submitted_s: float = 0.0
+    # Seconds between submission and the first step that computed for the request; sent
+    # once, on its first token event (the queue-time metric).
+    queued_s: float | None = None
+    reported_queue: bool = False
 
 
 class GenerationEngine:
@@ -120,6 +126,7 @@ class GenerationEngine:
             sampler=Sampler(params),
             detokenizer=IncrementalDetokenizer(self.executor.tokenizer, prompt, params.stop),
             prompt_ids=prompt,
+            submitted_s=time.monotonic(),
         )
         with self._lock:
             if self._stopping or self._error is not None:
@@ -192,6 +199,11 @@ class GenerationEngine:
                 return False
             self._apply_executor_work_locked()
             out = self.scheduler.schedule()
+            now = time.monotonic()
+            for chunk in out.chunks:
+                live = self._live.get(chunk.request_id)
+                if live is not None and live.queued_s is None:
+                    live.queued_s = now - live.submitted_s
         logits = self.executor.execute(out) if out.chunks else {}
         with self._lock:
             sampled: dict[str, tuple[int, str, bool]] = {}
@@ -217,13 +229,24 @@ class GenerationEngine:
             for request_id, (token, text, _) in sampled.items():
                 status = finished.get(request_id)
                 if status is None:
-                    self._live[request_id].stream.put(TokenEvent(token, text))
+                    live = self._live[request_id]
+                    live.stream.put(TokenEvent(token, text, queued_s=self._queue_report(live)))
                     continue
                 reason = _FINISH_REASONS[status]
                 if reason == "length":
                     text += self._live[request_id].detokenizer.flush()
-                self._finish_locked(request_id, TokenEvent(token, text, reason), free_now=True)
+                queued = self._queue_report(self._live[request_id])
+                self._finish_locked(
+                    request_id, TokenEvent(token, text, reason, queued_s=queued), free_now=True
+                )
         return True
+
+    @staticmethod
+    def _queue_report(live: _Live) -> float | None:
+        if live.reported_queue:
+            return None
+        live.reported_queue = True
+        return live.queued_s
 
     def _apply_executor_work_locked(self) -> None:
         # cheap bookkeeping only (no forward): safe under the lock

@@ -9,6 +9,7 @@ Parameters (model.yaml `parameters:`):
   kv_cache_tokens           the KV budget in tokens (default max_num_seqs x context)
   max_tokens_cap            largest max_tokens a request may ask for (default: the context)
   max_queued_prompt_tokens  prompt tokens allowed to wait (default 8 x kv_cache_tokens)
+  max_context_tokens        cap on prompt + max_tokens, below the model's own context
   torch_threads             torch intra-op threads (default torch's)
 """
 
@@ -46,6 +47,9 @@ def load_generator(config: ModelConfig) -> LoadedGenerator:
         executor = ModelExecutor(
             directory,
             max_num_seqs=max_num_seqs,
+            max_context=int(params["max_context_tokens"])
+            if params.get("max_context_tokens")
+            else None,
             torch_threads=int(params["torch_threads"]) if params.get("torch_threads") else None,
         )
     except (OSError, ValueError) as exc:

@@ -157,6 +157,8 @@ class GenerativeWorker:
         try:
             async for event in stream:
                 now = self._last_event_s = self._clock.now_s()
+                if event.queued_s is not None:
+                    self._metrics.queue_time.observe(event.queued_s)
                 if event.token_id is not None:
                     generated += 1
                     if first_s is None:

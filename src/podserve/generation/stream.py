@@ -23,6 +23,8 @@ class TokenEvent:
     token_id: int | None
     text: str
     finish_reason: FinishReason | None = None
+    # On a request's first token only: seconds it waited before a step computed for it.
+    queued_s: float | None = None
 
 
 class RequestStream:

@@ -189,6 +189,13 @@ class Metrics:
             buckets=TOKEN_BUCKETS_S,
             registry=r,
         )
+        self.gen_queue_time = Histogram(
+            "podserve_request_queue_time_seconds",
+            "Time a generation request waited before a step first computed for it.",
+            ["model"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
         self.e2e = Histogram(
             "podserve_e2e_request_latency_seconds",
             "Time from arrival to the last token.",
@@ -276,6 +283,7 @@ class Metrics:
             tpot=self.tpot.labels(model),
             inter_token=self.inter_token.labels(model),
             e2e=self.e2e.labels(model),
+            queue_time=self.gen_queue_time.labels(model),
             prompt_tokens=self.prompt_tokens.labels(model),
             generation_tokens=self.generation_tokens.labels(model),
             gauges=(
@@ -310,6 +318,7 @@ class GenerationMetrics:
     tpot: Histogram
     inter_token: Histogram
     e2e: Histogram
+    queue_time: Histogram
     prompt_tokens: Counter
     generation_tokens: Counter
     # (running, waiting, kv usage, preemptions): each with its aliases

@@ -124,11 +124,15 @@ class OpenAIRoutes:
                 async for event in events:
                     generated += event.token_id is not None
                     finish = _finish(event) if event.finish_reason is not None else None
+                    # One chunk per token, even when its text is empty (held back for a
+                    # possible stop string, or half a UTF-8 character): clients time the
+                    # first token, and streams keep a steady rhythm, as vLLM's do.
+                    if event.token_id is None and finish is None:
+                        continue
                     if chat:
-                        delta = {"content": event.text} if event.text else {}
-                        if delta or finish:
-                            yield oai.chat_chunk(rid, model, created, delta, finish)
-                    elif event.text or finish:
+                        delta = {"content": event.text} if event.text or not finish else {}
+                        yield oai.chat_chunk(rid, model, created, delta, finish)
+                    else:
                         yield oai.completion_chunk(rid, model, created, event.text, finish)
             except PodserveError as exc:
                 # The status line is gone already: report the error as the last event.

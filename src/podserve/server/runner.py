@@ -23,7 +23,7 @@ from podserve.config.settings import ServerSettings
 from podserve.core.clock import MONOTONIC
 from podserve.dataplane.dataplane import DataPlane
 from podserve.engine import ModelWorker, WorkerLimits
-from podserve.generation.loading import LoadedGenerator
+from podserve.generation.loading import GENERATIVE_RUNTIMES, LoadedGenerator
 from podserve.generation.service import GenerativeLimits, GenerativeWorker
 from podserve.lifecycle import Lifecycle
 from podserve.obs.metrics import Metrics
@@ -61,7 +61,10 @@ class Listening:
 
 def build_dataplane(settings: ServerSettings, loop: asyncio.AbstractEventLoop) -> DataPlane:
     metrics = Metrics()
-    configs = discover_models(settings.model_repository, settings.models)
+    configs = [
+        with_generation_defaults(c, settings)
+        for c in discover_models(settings.model_repository, settings.models)
+    ]
 
     def make_worker(config: ModelConfig, model: ModelAPI | LoadedGenerator) -> Worker:
         if isinstance(model, LoadedGenerator):
@@ -129,6 +132,20 @@ def build_dataplane(settings: ServerSettings, loop: asyncio.AbstractEventLoop) -
         clock=MONOTONIC,
         payloads=build_payload_logger(settings, metrics),
     )
+
+
+def with_generation_defaults(config: ModelConfig, settings: ServerSettings) -> ModelConfig:
+    """Server-wide generation limits (`--max-concurrent-sequences`, `--max-context-tokens`,
+    which `podserve render` sets from the spec) as defaults under a generative model's own
+    parameters."""
+    if config.runtime not in GENERATIVE_RUNTIMES:
+        return config
+    defaults: dict[str, object] = {}
+    if settings.max_concurrent_sequences is not None:
+        defaults["max_num_seqs"] = settings.max_concurrent_sequences
+    if settings.max_context_tokens is not None:
+        defaults["max_context_tokens"] = settings.max_context_tokens
+    return config.model_copy(update={"parameters": {**defaults, **config.parameters}})
 
 
 def build_payload_logger(settings: ServerSettings, metrics: Metrics) -> PayloadLogger | None:
