@@ -191,14 +191,23 @@ def test_a_client_that_leaves_mid_stream_frees_its_sequence(server: ServerProces
 def test_server_wide_generation_limits_from_the_environment() -> None:
     # podserve render sets these from the ModelService spec's serving limits.
     with ServerProcess(
-        "--model", f"tiny={ROOT / 'examples/models/tiny-lm'}",
-        env={"HF_HUB_OFFLINE": "1", "PODSERVE_MAX_CONTEXT_TOKENS": "128",
-             "PODSERVE_MAX_CONCURRENT_SEQUENCES": "4"},
+        "--model",
+        f"tiny={ROOT / 'examples/models/tiny-lm'}",
+        env={
+            "HF_HUB_OFFLINE": "1",
+            "PODSERVE_MAX_CONTEXT_TOKENS": "128",
+            "PODSERVE_MAX_CONCURRENT_SEQUENCES": "4",
+        },
     ) as process:
         wait_until(lambda: process.get("/ready").status_code == 200, timeout_s=120, what="ready")
         client = openai.OpenAI(base_url=f"{process.url}/v1", api_key="unused", max_retries=0)
         with pytest.raises(openai.BadRequestError, match="exceeds the model's context of 128"):
             client.completions.create(model="tiny", prompt="word " * 100, max_tokens=64)
-        ok = client.completions.create(model="tiny", prompt="Return", max_tokens=4,
-                                       temperature=0, extra_body={"ignore_eos": True})
+        ok = client.completions.create(
+            model="tiny",
+            prompt="Return",
+            max_tokens=4,
+            temperature=0,
+            extra_body={"ignore_eos": True},
+        )
         assert ok.usage.completion_tokens == 4
