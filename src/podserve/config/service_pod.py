@@ -1,0 +1,243 @@
+"""`ModelService` sections about the pod itself: model source, image, replicas, GPUs,
+resources, serving limits, rollout, disruption, spread, cache and capacity type."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import (
+    Field,
+    model_validator,
+)
+
+from podserve.config.service_base import (
+    _DIGEST,
+    _DNS_LABEL,
+    Quantity,
+    _Spec,
+    quantity_value,
+)
+
+
+class Metadata(_Spec):
+    name: str = Field(
+        max_length=40,
+        pattern=_DNS_LABEL,
+        description="Name of the service; every object is named from it (suffixes such as "
+        "`-canary` are added, hence at most 40 characters).",
+    )
+    namespace: str = Field("default", pattern=_DNS_LABEL, description="Target namespace.")
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="Extra labels put on every rendered object."
+    )
+
+
+class ModelSource(_Spec):
+    name: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*$",
+        description="Model name clients use (`/v2/models/{name}`); default: metadata.name.",
+    )
+    uri: str = Field(
+        min_length=1,
+        description="Where the weights live: `s3://`, `hf://org/name@rev`, `https://`, `file://`.",
+    )
+    digest: str = Field(
+        pattern=_DIGEST,
+        description="`sha256:<hex>` the fetcher verifies; a model is never served unpinned.",
+    )
+    runtime: str = Field(
+        min_length=1,
+        description="podserve runtime (`sklearn`, `onnx`, `torch`, `transformers`, ...).",
+    )
+    load_seconds: float = Field(
+        gt=0,
+        le=86400,
+        description="Observed time from container start to /startup = 200 (the server logs and "
+        "exports it). Sets the startup-probe budget (x 1.5) and the scale-down window.",
+    )
+    size_gi: float | None = Field(
+        None, gt=0, description="Size of the weights in GiB; sizes a cache PVC."
+    )
+    generative: bool = Field(
+        False,
+        description="Token-generating model: enables TTFT alerts and the ttft-p95 metric.",
+    )
+
+
+class Image(_Spec):
+    repository: str = Field("ghcr.io/podserve/podserve", description="Server image repository.")
+    tag: str = Field(
+        "0.1.0", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$", description="Image tag."
+    )
+    digest: str | None = Field(
+        None, pattern=_DIGEST, description="Pin the image by digest (recommended)."
+    )
+    pull_policy: Literal["IfNotPresent", "Always", "Never"] = Field(
+        "IfNotPresent", description="imagePullPolicy."
+    )
+
+    @property
+    def ref(self) -> str:
+        base = f"{self.repository}:{self.tag}"
+        return f"{base}@{self.digest}" if self.digest else base
+
+
+class Replicas(_Spec):
+    min: int = Field(1, ge=0, le=1000, description="Fewest replicas (0 = scale to zero, KEDA).")
+    max: int = Field(1, ge=1, le=1000, description="Most replicas the autoscaler may create.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Replicas:
+        if self.min > self.max:
+            raise ValueError(f"replicas.min {self.min} is above replicas.max {self.max}")
+        return self
+
+
+class Gpu(_Spec):
+    count: int = Field(
+        0, ge=0, le=16, description="Whole devices per pod (0: a CPU model). Request = limit."
+    )
+    resource: str = Field(
+        "nvidia.com/gpu",
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-z0-9]([-a-z0-9._]*[a-z0-9])?$",
+        description="Extended resource name, e.g. `nvidia.com/gpu`, or a MIG profile such as "
+        "`nvidia.com/mig-1g.10gb` (mixed strategy).",
+    )
+    product: str | None = Field(
+        None,
+        description="Value of the GPU product node label (GPU feature discovery), e.g. "
+        "`NVIDIA-A100-SXM4-80GB`; pods are pinned to it.",
+    )
+    product_label: str = Field(
+        "nvidia.com/gpu.product", description="Node label that carries the product."
+    )
+    present_label: str = Field(
+        "nvidia.com/gpu.present",
+        description="Node label (value `true`) that marks GPU nodes when no product is given.",
+    )
+    taint_key: str = Field(
+        "nvidia.com/gpu", description="Key of the taint GPU nodes carry; pods tolerate it."
+    )
+    time_slicing: bool = Field(
+        False,
+        description="The device plugin shares each GPU by time-slicing: no memory isolation, so "
+        "count must be 1 and pods land only on nodes labelled for it.",
+    )
+
+    @model_validator(mode="after")
+    def _slices(self) -> Gpu:
+        if self.time_slicing and self.count != 1:
+            raise ValueError(
+                "gpu.timeSlicing needs gpu.count 1: a pod asking for several "
+                "slices gets no more compute, only more contention"
+            )
+        return self
+
+
+class Resources(_Spec):
+    cpu: Quantity = Field("2", description="CPU request.")
+    cpu_limit: Quantity | None = Field(
+        None, description="CPU limit, above the request (default: twice the request)."
+    )
+    memory: Quantity = Field(
+        "8Gi",
+        description="Host memory for the process (weights load through it). The memory "
+        "request and limit are this plus `shm`, because /dev/shm counts against the limit.",
+    )
+    shm: Quantity = Field(
+        "1Gi", description="Size of /dev/shm (a Memory emptyDir with this sizeLimit)."
+    )
+
+    @model_validator(mode="after")
+    def _limits(self) -> Resources:
+        if self.cpu_limit is not None and quantity_value(self.cpu_limit) <= quantity_value(
+            self.cpu
+        ):
+            raise ValueError("resources.cpuLimit must be above resources.cpu")
+        if quantity_value(self.shm) <= 0:
+            raise ValueError("resources.shm must be positive")
+        return self
+
+
+class Serving(_Spec):
+    max_queue: int = Field(256, ge=1, description="Queued requests per model before 503.")
+    max_concurrent_sequences: int | None = Field(
+        None, ge=1, description="Sequences decoded at once (generative models)."
+    )
+    max_context_tokens: int | None = Field(
+        None, ge=1, description="Longest prompt + max_tokens accepted (generative models)."
+    )
+    longest_request_seconds: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="Longest request the service allows; the drain and grace period cover it.",
+    )
+
+
+class Rollout(_Spec):
+    strategy: Literal["RollingUpdate", "Recreate"] = Field(
+        "RollingUpdate", description="Deployment strategy."
+    )
+    spare_gpu: bool | None = Field(
+        None,
+        description="A spare GPU exists for a surge pod (maxSurge 1, maxUnavailable 0); "
+        "otherwise maxSurge 0, maxUnavailable 1. Default: true when headroom pods are rendered.",
+    )
+
+
+class Disruption(_Spec):
+    min_available: int | None = Field(
+        None, ge=0, description="PDB minAvailable; must stay below replicas.min."
+    )
+    max_unavailable: int | None = Field(None, ge=1, description="PDB maxUnavailable.")
+
+    @model_validator(mode="after")
+    def _one(self) -> Disruption:
+        if self.min_available is not None and self.max_unavailable is not None:
+            raise ValueError("disruption takes minAvailable or maxUnavailable, not both")
+        return self
+
+
+class Spread(_Spec):
+    nodes: bool = Field(True, description="Spread replicas across nodes (hostname).")
+    zones: bool = Field(False, description="Also spread across zones.")
+    hard: bool = Field(
+        False,
+        description="DoNotSchedule instead of ScheduleAnyway: stricter, but can leave pods "
+        "Pending when GPU nodes are few.",
+    )
+
+
+class Cache(_Spec):
+    kind: Literal["hostPath", "pvc", "emptyDir"] = Field(
+        "hostPath",
+        description="hostPath: shared per node (fetch once per node); pvc: a claim "
+        "(ReadWriteMany for a Deployment, one per replica for a StatefulSet); emptyDir: "
+        "download at every start.",
+    )
+    host_path: str = Field("/var/cache/podserve", description="Node directory for hostPath.")
+    claim_name: str | None = Field(None, description="Existing claim (kind pvc, Deployment).")
+    read_write_many: bool = Field(
+        False, description="The claim is ReadWriteMany (required to share it across pods)."
+    )
+    storage_class: str | None = Field(None, description="StorageClass of per-replica claims.")
+    size: Quantity | None = Field(None, description="Size of emptyDir or per-replica claims.")
+
+
+class CapacityType(StrEnum):
+    ON_DEMAND = "on-demand"
+    SPOT = "spot"
+
+
+class Capacity(_Spec):
+    provider: Literal["gke", "eks", "karpenter", "aks"] = Field(
+        "karpenter", description="Sets the spot node label and reclaim notice."
+    )
+    serving: CapacityType = Field(
+        CapacityType.ON_DEMAND,
+        description="on-demand: serving prefers on-demand nodes; spot: serving may run on "
+        "spot nodes (the grace period must fit the reclaim notice).",
+    )
