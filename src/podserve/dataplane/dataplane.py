@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncGenerator, Coroutine
 from typing import Any
 
 import podserve
@@ -171,7 +171,7 @@ class DataPlane:
 
     def generate(
         self, worker: GenerativeWorker, prompt_ids: list[int], params: SamplingParams
-    ) -> AsyncIterator[TokenEvent]:
+    ) -> AsyncGenerator[TokenEvent, None]:
         """Admit one generation (raising before any byte is sent) and return its token
         stream. The request counts as in flight for the drain until the stream ends."""
         if self.lifecycle.draining:
@@ -185,12 +185,14 @@ class DataPlane:
         self.lifecycle.request_started()
         return self._tracked(worker.generate(prompt_ids, params))
 
-    async def _tracked(self, events: AsyncIterator[TokenEvent]) -> AsyncIterator[TokenEvent]:
+    async def _tracked(
+        self, events: AsyncGenerator[TokenEvent, None]
+    ) -> AsyncGenerator[TokenEvent, None]:
         try:
             async for event in events:
                 yield event
         finally:
-            await events.aclose()  # type: ignore[attr-defined]  # an async generator
+            await events.aclose()
             self.lifecycle.request_finished()
 
     def refresh_generation_gauges(self) -> None:

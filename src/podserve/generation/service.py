@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 
 from podserve.config.model_config import ModelConfig
@@ -136,7 +136,7 @@ class GenerativeWorker:
         prompt_ids: list[int],
         params: SamplingParams,
         on_first_token: Callable[[], None] | None = None,
-    ) -> AsyncIterator[TokenEvent]:
+    ) -> AsyncGenerator[TokenEvent, None]:
         """Token events of one request. Cancelling the consumer aborts the request, which
         frees its sequence slot and KV cache within one engine step."""
         self.check(prompt_ids, params)

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 from prometheus_client import Counter, Histogram
 
-from podserve.core.errors import Cancelled, ModelNotFound, PodserveError
+from podserve.core.errors import ModelNotFound, PodserveError
 from podserve.core.ids import accept_request_id
 from podserve.dataplane.dataplane import DataPlane
-from podserve.server.errors import error_response, openai_error_response, status_of
+from podserve.server.errors import error_response, openai_error_response
 from podserve.server.http import (
     ClientGone,
     Receive,
@@ -254,4 +254,4 @@ async def _lifespan(receive: Receive, send: Send) -> None:
             return
 
 
-__all__ = ["App", "Cancelled", "status_of"]
+__all__ = ["App"]

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator
 
 from podserve.core.errors import InferenceFailed, InvalidInput, PodserveError
 from podserve.dataplane.dataplane import DataPlane
 from podserve.generation.sampling import SamplingParams
+from podserve.generation.service import GenerativeWorker
 from podserve.generation.stream import TokenEvent
 from podserve.protocol.openai import completions as oai
 from podserve.protocol.openai import (
@@ -83,7 +83,7 @@ class OpenAIRoutes:
         params: SamplingParams,
         *,
         chat: bool,
-        worker: Any,
+        worker: GenerativeWorker,
     ) -> Response | StreamingResponse:
         events = self._dataplane.generate(worker, prompt_ids, params)
         rid = oai.new_id("chatcmpl" if chat else "cmpl")
@@ -92,7 +92,7 @@ class OpenAIRoutes:
         parts: list[str] = []
         finish = "stop"
         generated = 0
-        async with contextlib.aclosing(events):  # type: ignore[type-var]  # an async generator
+        async with contextlib.aclosing(events):
             async for event in events:
                 generated += event.token_id is not None
                 parts.append(event.text)
@@ -106,7 +106,7 @@ class OpenAIRoutes:
 
     async def _sse(
         self,
-        events: AsyncIterator[TokenEvent],
+        events: AsyncGenerator[TokenEvent, None],
         parsed: oai.CompletionRequest | oai.ChatRequest,
         rid: str,
         prompt_tokens: int,
@@ -115,7 +115,7 @@ class OpenAIRoutes:
         created = int(time.time())
         model = parsed.model
         generated = 0
-        async with contextlib.aclosing(events):  # type: ignore[type-var]  # an async generator
+        async with contextlib.aclosing(events):
             if chat:
                 yield oai.chat_chunk(
                     rid, model, created, {"role": "assistant", "content": ""}, None
