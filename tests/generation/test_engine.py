@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,9 +21,13 @@ from podserve.generation import (  # noqa: E402
     SamplingParams,
     TokenEvent,
 )
+from podserve.generation.stream import RequestStream  # noqa: E402
 from podserve.scheduling import SchedulerConfig  # noqa: E402
 
 MODEL_DIR = Path(__file__).resolve().parents[2] / "examples" / "models" / "tiny-lm"
+PROMPT_OVER_16_TOKENS = (
+    "Return a list of the names of the files in the directory given by path, sorted"
+)
 GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
 
 
@@ -124,6 +129,41 @@ def test_abort_ends_the_stream_and_frees_the_slot(
     collect(engine, "next", "Return", SamplingParams(temperature=0, max_tokens=1))
     assert executor.num_sequences == 0
     assert executor.kv.num_free == 8
+
+
+def test_a_new_request_gets_its_first_token_before_the_step_decodes(
+    engine: GenerationEngine, executor: ModelExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Prefill forwards run first in a step and their tokens are published at once, so a
+    request arriving among running streams waits for its prefill, not the whole step."""
+    log: list[tuple[str, object]] = []
+    forward, put = executor.model.forward, RequestStream.put
+
+    def recording_forward(*args: Any, **kwargs: Any) -> Any:
+        out = forward(*args, **kwargs)
+        log.append(("forward", tuple(kwargs["input_ids"].shape)))
+        return out
+
+    def recording_put(self: RequestStream, event: TokenEvent) -> None:
+        log.append(("put", self.request_id))
+        put(self, event)
+
+    monkeypatch.setattr(executor.model, "forward", recording_forward)
+    monkeypatch.setattr(RequestStream, "put", recording_put)
+    long = SamplingParams(temperature=0, max_tokens=400, ignore_eos=True)
+    background = iter(engine.submit("bg", executor.encode_prompt("Return"), long))
+    next(background)  # decoding now
+    prompt = executor.encode_prompt(PROMPT_OVER_16_TOKENS)
+    assert len(prompt) > executor.split_chunk_tokens
+    probe = iter(engine.submit("probe", prompt, SamplingParams(temperature=0, max_tokens=4)))
+    assert next(probe).token_id is not None
+    list(probe)
+    engine.abort("bg")
+    first = log.index(("put", "probe"))
+    # the forward just before the probe's first token is its own prefill, one whole row
+    assert log[first - 1] == ("forward", (1, len(prompt)))
+    # and the running stream's decode of that step comes after it
+    assert log[first + 1] == ("forward", (1, 1))
 
 
 def test_seeded_sampling_is_reproducible_whatever_the_batch(engine: GenerationEngine) -> None:

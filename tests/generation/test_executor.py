@@ -167,11 +167,12 @@ def test_decodes_of_different_lengths_run_in_one_forward(
         scheduler.add(SequenceRequest(str(i), len(ids), 2))
     for _ in range(2):
         step_greedy(executor, scheduler)
-    # step 1: the four prompts' short prefills, one forward of one row per token (the
-    # longest, over 16 tokens, alone as one row); step 2: one forward of four decode rows
+    # step 1: the longest prompt, over 16 tokens, first and alone as one row (prefills
+    # run before the split forward), then the short prefills in one forward of one row
+    # per token; step 2: one forward of four decode rows
     long = [n for n in lengths if n > executor.split_chunk_tokens]
     short = sum(n for n in lengths if n <= executor.split_chunk_tokens)
-    assert calls == [(short, 1)] + [(1, n) for n in long] + [(4, 1)]
+    assert calls == [(1, n) for n in long] + [(short, 1)] + [(4, 1)]
     assert executor.num_sequences == 0
 
 

@@ -1,6 +1,8 @@
 """The generation engine: a Scheduler and a ModelExecutor stepped by ONE background thread.
 
-Model calls stay off the event loop. Each step is schedule → execute → sample → update.
+Model calls stay off the event loop. Each step is schedule → forward → sample → publish
+(per forward, prefills first, so a new request's first token leaves before the decodes
+run) → update.
 `self._lock` guards the scheduler and the per-request state; it is NOT held while the
 model runs, so `submit` and `abort` never wait for a forward pass. The executor belongs
 to the step thread alone: an abort only records the request, and the thread frees its
@@ -14,11 +16,12 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from podserve.core.errors import InvalidInput, Unavailable
 from podserve.generation.detokenizer import IncrementalDetokenizer
 from podserve.generation.executor import ModelExecutor
-from podserve.generation.sampling import Sampler, SamplingParams
+from podserve.generation.sampling import Sampler, SamplingParams, sample_rows
 from podserve.generation.stream import FinishReason, RequestStream, TokenEvent
 from podserve.scheduling import (
     RequestStatus,
@@ -28,6 +31,9 @@ from podserve.scheduling import (
     SequenceRequest,
     StepResult,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 _FINISH_REASONS: dict[RequestStatus, FinishReason] = {
     RequestStatus.FINISHED_STOPPED: "stop",
@@ -204,42 +210,54 @@ class GenerationEngine:
                 live = self._live.get(chunk.request_id)
                 if live is not None and live.queued_s is None:
                     live.queued_s = now - live.submitted_s
-        logits = self.executor.execute(out) if out.chunks else {}
+        sampled: dict[str, tuple[int, str, bool]] = {}
+        if out.chunks:
+            for logits in self.executor.forwards(out):
+                with self._lock:  # publish a token as soon as its forward is done
+                    self._sample_locked(logits, sampled)
         with self._lock:
-            sampled: dict[str, tuple[int, str, bool]] = {}
-            outputs: list[SequenceOutput] = []
-            for request_id, row in logits.items():
-                live = self._live.get(request_id)
-                if live is None:  # aborted while the model ran
-                    continue
-                token = live.sampler.sample(row)
-                self.executor.append_token(request_id, token)
-                self._generation_tokens += 1
-                eos = token == self.executor.eos_token_id and not live.sampler.params.ignore_eos
-                if eos:
-                    delta_text, stopped = "", True
-                else:
-                    delta = live.detokenizer.add(token)
-                    delta_text, stopped = delta.text, delta.stopped
-                sampled[request_id] = (token, delta_text, stopped)
-                outputs.append(SequenceOutput(request_id, 1, stopped))
+            outputs = [SequenceOutput(rid, 1, stopped) for rid, (_, _, stopped) in sampled.items()]
             finished = {
                 f.request_id: f.status for f in self.scheduler.update(StepResult(tuple(outputs)))
             }
             for request_id, (token, text, _) in sampled.items():
                 status = finished.get(request_id)
                 if status is None:
-                    live = self._live[request_id]
-                    live.stream.put(TokenEvent(token, text, queued_s=self._queue_report(live)))
-                    continue
+                    continue  # published by `_sample_locked`, or aborted meanwhile
                 reason = _FINISH_REASONS[status]
+                live = self._live[request_id]
                 if reason == "length":
-                    text += self._live[request_id].detokenizer.flush()
-                queued = self._queue_report(self._live[request_id])
+                    text += live.detokenizer.flush()
+                queued = self._queue_report(live)
                 self._finish_locked(
                     request_id, TokenEvent(token, text, reason, queued_s=queued), free_now=True
                 )
         return True
+
+    def _sample_locked(
+        self, logits: dict[str, torch.Tensor], sampled: dict[str, tuple[int, str, bool]]
+    ) -> None:
+        """Sample one forward's rows. A token that does not end its request goes to its
+        stream at once; one that does waits for the scheduler's update, which frees the
+        request's resources before its last event is seen."""
+        rows = [(rid, row) for rid, row in logits.items() if rid in self._live]
+        tokens = sample_rows([self._live[rid].sampler for rid, _ in rows], [r for _, r in rows])
+        for (request_id, _), token in zip(rows, tokens, strict=True):
+            live = self._live[request_id]  # not aborted while the model ran
+            self.executor.append_token(request_id, token)
+            self._generation_tokens += 1
+            eos = token == self.executor.eos_token_id and not live.sampler.params.ignore_eos
+            if eos:
+                delta_text, stopped = "", True
+            else:
+                delta = live.detokenizer.add(token)
+                delta_text, stopped = delta.text, delta.stopped
+            sampled[request_id] = (token, delta_text, stopped)
+            request = self.scheduler.get(request_id)
+            # the scheduler's update ends a request that stopped or reached max_tokens
+            ends = request is None or request.generated_tokens + 1 >= request.max_new_tokens
+            if not stopped and not ends:
+                live.stream.put(TokenEvent(token, delta_text, queued_s=self._queue_report(live)))
 
     @staticmethod
     def _queue_report(live: _Live) -> float | None:

@@ -16,7 +16,7 @@ It returns the last logits row of each chunk that reaches the end of its sequenc
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -127,6 +127,19 @@ class ModelExecutor:
 
     def execute(self, batch: SchedulerOutput) -> dict[str, torch.Tensor]:
         """Run one scheduled step; return `{request_id: logits row}` for sampling chunks."""
+        logits: dict[str, torch.Tensor] = {}
+        for part in self.forwards(batch):
+            logits.update(part)
+        return logits
+
+    def forwards(self, batch: SchedulerOutput) -> Iterator[dict[str, torch.Tensor]]:
+        """Run one scheduled step forward by forward, yielding each forward's
+        `{request_id: logits row}` as soon as it is computed.
+
+        The long prefill chunks run first and the decodes last: a request that just
+        arrived gets its first token one prefill forward after the step starts instead of
+        after the whole step, and the running streams lose nothing, since their tokens
+        come at the end of the step either way."""
         import torch
 
         for request_id in batch.preempted:
@@ -135,13 +148,14 @@ class ModelExecutor:
             self._claim_slot(chunk)
         short = [c for c in batch.chunks if c.num_tokens <= self.split_chunk_tokens]
         long = [c for c in batch.chunks if c.num_tokens > self.split_chunk_tokens]
-        logits: dict[str, torch.Tensor] = {}
-        with torch.inference_mode():
-            if short:  # the decodes and short prefill chunks: one forward of 1-token rows
-                logits.update(self._forward(short, split=True))
-            for group in _forward_groups(long, self.forward_overhead_tokens):
-                logits.update(self._forward(group, split=False))
-        return logits
+        for group in _forward_groups(long, self.forward_overhead_tokens):
+            with torch.inference_mode():
+                part = self._forward(group, split=False)
+            yield part
+        if short:  # the decodes and short prefill chunks: one forward of 1-token rows
+            with torch.inference_mode():
+                part = self._forward(short, split=True)
+            yield part
 
     def _claim_slot(self, chunk: ScheduledChunk) -> None:
         seq = self._sequences[chunk.request_id]
