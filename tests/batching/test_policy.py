@@ -170,3 +170,36 @@ def test_disabled_batching_runs_one_request_per_call() -> None:
     for key in range(3):
         policy.add(key, 1, now_s=0.0)
     assert policy.next_batch(0.0, idle_workers=3) == [0]
+
+
+def test_only_a_batch_that_cannot_grow_is_handed_out_for_staging() -> None:
+    policy: BatchPolicy[str] = BatchPolicy(BatchPolicyConfig(max_batch_size=4))
+    policy.add("a", 1, now_s=0.0)
+    policy.add("b", 2, now_s=0.0)
+    assert policy.next_full_batch() is None  # 3 rows, room for one more
+    policy.add("c", 2, now_s=0.0)
+    assert policy.next_full_batch() == ["a", "b"]  # "c" does not fit: a, b cannot grow
+    assert policy.next_full_batch() is None
+    policy.add("d", 2, now_s=0.0)
+    assert policy.next_full_batch() == ["c", "d"]  # exactly the limit
+    assert len(policy) == 0
+    assert policy.queued_rows == 0
+    assert policy.next_full_batch() is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.integers(1, 5), max_size=30), limit=st.integers(1, 8))
+def test_full_batches_are_fifo_prefixes_within_the_limit(rows: list[int], limit: int) -> None:
+    policy: BatchPolicy[int] = BatchPolicy(BatchPolicyConfig(max_batch_size=limit))
+    for key, n in enumerate(rows):
+        policy.add(key, n, now_s=0.0)
+    taken: list[int] = []
+    while (keys := policy.next_full_batch()) is not None:
+        size = sum(rows[k] for k in keys)
+        following = len(taken) + len(keys)
+        assert size <= limit or len(keys) == 1  # an oversized request runs alone
+        # full: at the limit, or the next request in line does not fit
+        assert size >= limit or (following < len(rows) and size + rows[following] > limit)
+        taken += keys
+    assert taken == list(range(len(taken)))  # FIFO, nothing skipped or repeated
+    assert len(policy) == len(rows) - len(taken)

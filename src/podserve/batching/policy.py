@@ -13,7 +13,8 @@ Triton's dynamic batcher semantics, plus a work-conserving default:
   `max_queue_delay_s`; `wake_at_s` tells the caller when that is.
 
 The caller owns workers and time: it calls `next_batch(now_s, idle_workers)` after every
-arrival, completion and wake-up, and runs what it gets.
+arrival, completion and wake-up, and runs what it gets. `next_full_batch()` hands out a
+batch that can no longer grow even while every worker is busy, for the caller to stage.
 """
 
 from __future__ import annotations
@@ -92,6 +93,20 @@ class BatchPolicy(Generic[Key]):
         if not self._should_dispatch(prefix, rows, cut, now_s):
             return None
         keys = prefix[:cut]
+        for key in keys:
+            self._queued_rows -= self._queue.pop(key).rows
+        return keys
+
+    def next_full_batch(self) -> list[Key] | None:
+        """The keys of a batch that can no longer grow, removed from the queue; None if
+        the queue holds none. A batch is full when its rows reach `max_batch_size` or the
+        next request in line would not fit. The caller stages such a batch behind a busy
+        worker; waiting could not make it any bigger."""
+        if not self._queue:
+            return None
+        keys, sums, _ = self._prefix()
+        if sums[-1] < self.limit_rows and len(keys) == len(self._queue):
+            return None
         for key in keys:
             self._queued_rows -= self._queue.pop(key).rows
         return keys

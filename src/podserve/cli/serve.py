@@ -32,7 +32,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     for name, field in ServerSettings.model_fields.items():
         flag = "--" + ("model" if name == "models" else name.replace("_", "-"))
         env = f"PODSERVE_{name.upper()}"
-        help_text = f"{field.description} [env {env}; default {field.default!r}]"
+        # argparse %-formats help strings: a literal % in a description must be doubled
+        description = (field.description or "").replace("%", "%%")
+        help_text = f"{description} [env {env}; default {field.default!r}]"
         kind = _scalar_type(field.annotation)
         if name == "models":
             parser.add_argument(
@@ -94,6 +96,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"podserve serve: invalid settings:\n{exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log_format, settings.log_level)
+    sys.setswitchinterval(settings.gil_switch_interval_ms / 1000)
     from podserve.server.runner import serve
 
     try:

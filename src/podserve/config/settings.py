@@ -115,6 +115,15 @@ class ServerSettings(BaseSettings):
     default_timeout_s: float | None = Field(
         None, gt=0, description="Deadline for requests that carry none (none by default)."
     )
+    gil_switch_interval_ms: float = Field(
+        0.5,
+        gt=0,
+        le=100,
+        description="How long a Python thread may hold the GIL while another waits for it "
+        "(CPython's switch interval; its default is 5 ms). A model thread that releases the "
+        "GIL for compute needs it back briefly between calls; waiting up to 5 ms behind a "
+        "busy event loop cost heavy-mlp 8 percent of its throughput (docs/benchmarks.md).",
+    )
     cache_dir: Path = Field(Path("/cache"), description="Model cache directory.")
     log_format: Literal["json", "console"] = Field("json", description="Log line format.")
     log_level: str = Field("INFO", description="Log level (DEBUG, INFO, WARNING, ERROR).")
