@@ -343,6 +343,19 @@ def markdown_table(result: dict[str, object]) -> str:
     iris_c1 = details.get("iris_c1")
     if isinstance(iris_c1, dict) and iris_c1.get("served_p50_ms") is not None:
         notes.append(f"iris served p50 at c=1 {iris_c1['served_p50_ms']:.3f} ms")
+    limit = details.get("heavy_inprocess_limit_rows_per_s")
+    heavy = details.get("heavy_c64")
+    if isinstance(limit, float) and isinstance(heavy, dict) and heavy.get("podserve"):
+        served = [float(s["throughput_rps"]) for s in heavy["podserve"]]
+        before = details.get("heavy_inprocess_rows_per_s", {})
+        after = details.get("heavy_inprocess_rows_per_s_after", {})
+        notes.append(
+            f"heavy-mlp: podserve {sum(served) / len(served):.0f} req/s (rounds: "
+            + ", ".join(f"{v:.0f}" for v in served)
+            + f") ÷ in-process limit {limit:.0f} rows/s (the best batch size, averaged over "
+            "a measurement before and one after the served rounds; rows/s by batch size "
+            f"before {_rates(before)}, after {_rates(after)})"
+        )
     p99 = details.get("heavy_c64_p99_ms")
     if isinstance(p99, dict):
         notes.append(
@@ -359,6 +372,14 @@ def markdown_table(result: dict[str, object]) -> str:
         f"warm-up, {settings['rounds']} alternating round(s) per comparison."
     )
     return "\n".join([header, "", *rows, "", *(f"- {n}" for n in notes)]) + "\n"
+
+
+def _rates(rates: object) -> str:
+    if not isinstance(rates, dict):
+        return "n/a"
+    return ", ".join(
+        f"{k}: {float(v):.0f}" for k, v in sorted(rates.items(), key=lambda kv: -int(kv[0]))
+    )
 
 
 def write_docs(table: str) -> None:
