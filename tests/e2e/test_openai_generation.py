@@ -4,6 +4,7 @@ server, with the openai SDK as the client (sync and async, streaming and not).""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -112,6 +113,86 @@ def test_stop_strings_cut_the_text(client: openai.OpenAI) -> None:
     assert cut.choices[0].finish_reason == "stop"
     assert stop not in cut.choices[0].text
     assert text.startswith(cut.choices[0].text)
+
+
+def test_completion_logprobs_name_each_token_and_its_alternatives(
+    client: openai.OpenAI,
+) -> None:
+    result = client.completions.create(
+        model="tiny",
+        prompt="The function returns",
+        max_tokens=8,
+        temperature=0,
+        logprobs=3,
+        extra_body={"ignore_eos": True},
+    )
+    logprobs = result.choices[0].logprobs
+    assert logprobs is not None
+    assert len(logprobs.tokens) == len(logprobs.token_logprobs) == 8
+    # tokens are named as decoded one by one, special tokens included (the text skips them)
+    assert re.sub(r"<\|\w+\|>", "", "".join(logprobs.tokens)) == result.choices[0].text
+    assert logprobs.text_offset == [
+        sum(len(t) for t in logprobs.tokens[:i]) for i in range(len(logprobs.tokens))
+    ]
+    for token, logprob, top in zip(
+        logprobs.tokens, logprobs.token_logprobs, logprobs.top_logprobs, strict=True
+    ):
+        assert logprob <= 0
+        assert 1 <= len(top) <= 3  # tokens that decode alike share a key
+        # greedy: the chosen token is the likeliest one
+        assert logprob == pytest.approx(max(top.values()), abs=1e-5)
+        assert top[token] == pytest.approx(logprob, abs=1e-5)
+    plain = client.completions.create(
+        model="tiny", prompt="The function returns", max_tokens=8, temperature=0, logprobs=0
+    )
+    assert plain.choices[0].logprobs.top_logprobs is None
+    assert len(plain.choices[0].logprobs.token_logprobs) == plain.usage.completion_tokens
+
+
+def test_chat_logprobs_stream_one_item_per_token(client: openai.OpenAI) -> None:
+    messages = [{"role": "user", "content": "What does json.dumps do?"}]
+    whole = client.chat.completions.create(
+        model="tiny",
+        messages=messages,
+        max_tokens=10,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=2,
+    )
+    content = whole.choices[0].logprobs.content
+    assert len(content) == whole.usage.completion_tokens
+    for item in content:
+        assert bytes(item.bytes).decode() == item.token
+        assert len(item.top_logprobs) == 2
+        assert item.top_logprobs[0].logprob >= item.top_logprobs[1].logprob
+        assert item.logprob == pytest.approx(item.top_logprobs[0].logprob, abs=1e-5)
+    streamed = []
+    for chunk in client.chat.completions.create(
+        model="tiny",
+        messages=messages,
+        max_tokens=10,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=2,
+        stream=True,
+    ):
+        if chunk.choices and chunk.choices[0].logprobs is not None:
+            streamed += chunk.choices[0].logprobs.content
+    assert [(i.token, round(i.logprob, 4)) for i in streamed] == [
+        (i.token, round(i.logprob, 4)) for i in content
+    ]
+    without = client.chat.completions.create(
+        model="tiny", messages=messages, max_tokens=4, temperature=0
+    )
+    assert without.choices[0].logprobs is None
+    with pytest.raises(openai.BadRequestError, match="'top_logprobs' requires 'logprobs': true"):
+        client.chat.completions.create(
+            model="tiny", messages=messages, max_tokens=4, top_logprobs=2
+        )
+    with pytest.raises(openai.BadRequestError, match="top_logprobs"):
+        client.chat.completions.create(
+            model="tiny", messages=messages, max_tokens=4, logprobs=True, top_logprobs=21
+        )
 
 
 async def test_async_streams_run_concurrently(server: ServerProcess) -> None:

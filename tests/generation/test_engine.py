@@ -80,6 +80,27 @@ def test_greedy_stream_equals_generate_and_ends_with_length(
     assert stats.prompt_tokens_total == len(ids)
 
 
+def test_logprobs_are_the_models_own_distribution(
+    engine: GenerationEngine, executor: ModelExecutor
+) -> None:
+    ids = executor.encode_prompt("The function returns")
+    params = SamplingParams(temperature=0.7, seed=3, max_tokens=6, ignore_eos=True, logprobs=4)
+    events = list(engine.submit("lp", ids, params))
+    tokens = [e.token_id for e in events]
+    assert all(isinstance(t, int) for t in tokens)
+    # every position against one unbatched forward of the whole sequence
+    with torch.inference_mode():
+        logits = executor.model(torch.tensor([ids + tokens[:-1]])).logits[0, len(ids) - 1 :]
+    expected = torch.log_softmax(logits.float(), dim=-1)
+    for event, row in zip(events, expected, strict=True):
+        assert event.logprob is not None
+        assert event.logprob.logprob == pytest.approx(float(row[event.token_id]), abs=1e-4)
+        top_ids = [token for token, _ in event.logprob.top]
+        assert top_ids == torch.topk(row, 4).indices.tolist()
+    plain = list(engine.submit("no-lp", ids, SamplingParams(temperature=0, max_tokens=2)))
+    assert all(e.logprob is None for e in plain)
+
+
 def test_eos_ends_the_stream_with_stop(engine: GenerationEngine) -> None:
     events = collect(
         engine, "a", "The function returns", SamplingParams(temperature=0, max_tokens=40)

@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING
 from podserve.core.errors import InvalidInput, Unavailable
 from podserve.generation.detokenizer import IncrementalDetokenizer
 from podserve.generation.executor import ModelExecutor
-from podserve.generation.sampling import Sampler, SamplingParams, sample_rows
+from podserve.generation.sampling import (
+    Sampler,
+    SamplingParams,
+    TokenLogprob,
+    sample_rows,
+    token_logprobs,
+)
 from podserve.generation.stream import FinishReason, RequestStream, TokenEvent
 from podserve.scheduling import (
     RequestStatus,
@@ -50,6 +56,16 @@ class EngineStats:
     num_preemptions: int
     prompt_tokens_total: int
     generation_tokens_total: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Sampled:
+    """One request's token of the step, until the scheduler's update."""
+
+    token: int
+    text: str
+    stopped: bool
+    logprob: TokenLogprob | None
 
 
 @dataclass(slots=True)
@@ -210,40 +226,41 @@ class GenerationEngine:
                 live = self._live.get(chunk.request_id)
                 if live is not None and live.queued_s is None:
                     live.queued_s = now - live.submitted_s
-        sampled: dict[str, tuple[int, str, bool]] = {}
+        sampled: dict[str, _Sampled] = {}
         if out.chunks:
             for logits in self.executor.forwards(out):
                 with self._lock:  # publish a token as soon as its forward is done
                     self._sample_locked(logits, sampled)
         with self._lock:
-            outputs = [SequenceOutput(rid, 1, stopped) for rid, (_, _, stopped) in sampled.items()]
+            outputs = [SequenceOutput(rid, 1, out.stopped) for rid, out in sampled.items()]
             finished = {
                 f.request_id: f.status for f in self.scheduler.update(StepResult(tuple(outputs)))
             }
-            for request_id, (token, text, _) in sampled.items():
+            for request_id, one in sampled.items():
                 status = finished.get(request_id)
                 if status is None:
                     continue  # published by `_sample_locked`, or aborted meanwhile
                 reason = _FINISH_REASONS[status]
                 live = self._live[request_id]
+                text = one.text
                 if reason == "length":
                     text += live.detokenizer.flush()
-                queued = self._queue_report(live)
-                self._finish_locked(
-                    request_id, TokenEvent(token, text, reason, queued_s=queued), free_now=True
+                event = TokenEvent(
+                    one.token, text, reason, queued_s=self._queue_report(live), logprob=one.logprob
                 )
+                self._finish_locked(request_id, event, free_now=True)
         return True
 
-    def _sample_locked(
-        self, logits: dict[str, torch.Tensor], sampled: dict[str, tuple[int, str, bool]]
-    ) -> None:
+    def _sample_locked(self, logits: dict[str, torch.Tensor], sampled: dict[str, _Sampled]) -> None:
         """Sample one forward's rows. A token that does not end its request goes to its
         stream at once; one that does waits for the scheduler's update, which frees the
         request's resources before its last event is seen."""
         rows = [(rid, row) for rid, row in logits.items() if rid in self._live]
         tokens = sample_rows([self._live[rid].sampler for rid, _ in rows], [r for _, r in rows])
-        for (request_id, _), token in zip(rows, tokens, strict=True):
+        for (request_id, row), token in zip(rows, tokens, strict=True):
             live = self._live[request_id]  # not aborted while the model ran
+            k = live.sampler.params.logprobs
+            logprob = None if k is None else token_logprobs(row, token, k)
             self.executor.append_token(request_id, token)
             self._generation_tokens += 1
             eos = token == self.executor.eos_token_id and not live.sampler.params.ignore_eos
@@ -252,12 +269,13 @@ class GenerationEngine:
             else:
                 delta = live.detokenizer.add(token)
                 delta_text, stopped = delta.text, delta.stopped
-            sampled[request_id] = (token, delta_text, stopped)
+            sampled[request_id] = _Sampled(token, delta_text, stopped, logprob)
             request = self.scheduler.get(request_id)
             # the scheduler's update ends a request that stopped or reached max_tokens
             ends = request is None or request.generated_tokens + 1 >= request.max_new_tokens
             if not stopped and not ends:
-                live.stream.put(TokenEvent(token, delta_text, queued_s=self._queue_report(live)))
+                queued = self._queue_report(live)
+                live.stream.put(TokenEvent(token, delta_text, queued_s=queued, logprob=logprob))
 
     @staticmethod
     def _queue_report(live: _Live) -> float | None:

@@ -67,6 +67,7 @@ class ModelExecutor:
             device=self.model.device,
         )
         self._sequences: dict[str, _Sequence] = {}
+        self._token_texts: dict[int, str] = {}
         # the query rows' padding: any valid id (its K/V are never written nor seen)
         self._pad_id = int(self.tokenizer.pad_token_id or 0)
         self._bool_mask = self.model.config._attn_implementation == "sdpa"
@@ -82,6 +83,14 @@ class ModelExecutor:
     def eos_token_id(self) -> int | None:
         eos = self.tokenizer.eos_token_id
         return None if eos is None else int(eos)
+
+    def token_text(self, token_id: int) -> str:
+        """One token decoded on its own: how log-probabilities name tokens (as vLLM's do).
+        Called on the event loop; cached, since streams name the same tokens again."""
+        text = self._token_texts.get(token_id)
+        if text is None:
+            text = self._token_texts[token_id] = str(self.tokenizer.decode([token_id]))
+        return text
 
     def encode_prompt(self, text: str) -> list[int]:
         return [int(t) for t in self.tokenizer.encode(text, add_special_tokens=True)]

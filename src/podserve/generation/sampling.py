@@ -16,6 +16,29 @@ if TYPE_CHECKING:
     import torch
 
 
+MAX_LOGPROBS = 20  # alternatives per token, as OpenAI's top_logprobs and vLLM's default
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """The model's log-probability of the chosen token and of the `k` most likely tokens
+    at that position (from the raw logits: before temperature, top-k and top-p)."""
+
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+def token_logprobs(row: torch.Tensor, token: int, k: int) -> TokenLogprob:
+    import torch
+
+    logprobs = torch.log_softmax(row.float(), dim=-1)
+    top: tuple[tuple[int, float], ...] = ()
+    if k:
+        values, ids = torch.topk(logprobs, k)
+        top = tuple(zip(ids.tolist(), values.tolist(), strict=True))
+    return TokenLogprob(float(logprobs[token]), top)
+
+
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
     temperature: float = 1.0  # 0 means greedy
@@ -25,6 +48,8 @@ class SamplingParams:
     max_tokens: int = 16
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
+    # None: no log-probabilities; k >= 0: each token's, and the k most likely alternatives
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -37,6 +62,8 @@ class SamplingParams:
             raise InvalidInput(f"max_tokens must be >= 1, got {self.max_tokens}")
         if any(not s for s in self.stop):
             raise InvalidInput("stop strings must not be empty")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            raise InvalidInput(f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}")
 
     @property
     def greedy(self) -> bool:

@@ -9,6 +9,8 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
+from podserve.generation.sampling import TokenLogprob
+
 FinishReason = Literal["stop", "length", "abort", "error"]
 
 
@@ -25,6 +27,8 @@ class TokenEvent:
     finish_reason: FinishReason | None = None
     # On a request's first token only: seconds it waited before a step computed for it.
     queued_s: float | None = None
+    # When the request asked for log-probabilities (`SamplingParams.logprobs`).
+    logprob: TokenLogprob | None = None
 
 
 class RequestStream:

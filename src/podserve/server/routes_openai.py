@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
 
 from podserve.core.errors import InferenceFailed, InvalidInput, PodserveError
 from podserve.dataplane.dataplane import DataPlane
@@ -88,19 +89,26 @@ class OpenAIRoutes:
         events = self._dataplane.generate(worker, prompt_ids, params)
         rid = oai.new_id("chatcmpl" if chat else "cmpl")
         if parsed.stream:
-            return StreamingResponse(200, self._sse(events, parsed, rid, len(prompt_ids), chat))
+            return StreamingResponse(
+                200, self._sse(events, parsed, rid, len(prompt_ids), chat, worker)
+            )
         parts: list[str] = []
+        entries: list[oai.LogprobEntry] = []
         finish = "stop"
         generated = 0
         async with contextlib.aclosing(events):
             async for event in events:
                 generated += event.token_id is not None
                 parts.append(event.text)
+                entry = _logprob_entry(worker, event)
+                if entry is not None:
+                    entries.append(entry)
                 if event.finish_reason is not None:
                     finish = _finish(event)
         use = oai.usage(len(prompt_ids), generated)
+        logprobs = _logprobs_object(entries, params, chat) if params.logprobs is not None else None
         body = (oai.chat_body if chat else oai.completion_body)(
-            rid, parsed.model, "".join(parts), finish, use
+            rid, parsed.model, "".join(parts), finish, use, logprobs
         )
         return Response(200, body)
 
@@ -111,10 +119,13 @@ class OpenAIRoutes:
         rid: str,
         prompt_tokens: int,
         chat: bool,
+        worker: GenerativeWorker,
     ) -> AsyncIterator[bytes]:
         created = int(time.time())
         model = parsed.model
         generated = 0
+        with_top = bool(parsed.logprob_count())
+        text_offset = 0
         async with contextlib.aclosing(events):
             if chat:
                 yield oai.chat_chunk(
@@ -129,11 +140,21 @@ class OpenAIRoutes:
                     # first token, and streams keep a steady rhythm, as vLLM's do.
                     if event.token_id is None and finish is None:
                         continue
+                    entry = _logprob_entry(worker, event)
                     if chat:
                         delta = {"content": event.text} if event.text or not finish else {}
-                        yield oai.chat_chunk(rid, model, created, delta, finish)
+                        logprobs = oai.chat_logprobs([entry]) if entry else None
+                        yield oai.chat_chunk(rid, model, created, delta, finish, logprobs)
                     else:
-                        yield oai.completion_chunk(rid, model, created, event.text, finish)
+                        logprobs = None
+                        if entry is not None:
+                            logprobs = oai.completion_logprobs(
+                                [entry], first_offset=text_offset, with_top=with_top
+                            )
+                            text_offset += len(entry.token)
+                        yield oai.completion_chunk(
+                            rid, model, created, event.text, finish, logprobs
+                        )
             except PodserveError as exc:
                 # The status line is gone already: report the error as the last event.
                 yield oai.sse({"error": {"message": exc.message, "type": "server_error"}})
@@ -156,7 +177,27 @@ def _params(
         max_tokens=max_tokens or 16,
         stop=parsed.stop_strings(),
         ignore_eos=parsed.ignore_eos,
+        logprobs=parsed.logprob_count(),
     )
+
+
+def _logprob_entry(worker: GenerativeWorker, event: TokenEvent) -> oai.LogprobEntry | None:
+    if event.logprob is None or event.token_id is None:
+        return None
+    text = worker.executor.token_text
+    return oai.LogprobEntry(
+        text(event.token_id),
+        event.logprob.logprob,
+        tuple((text(token), logprob) for token, logprob in event.logprob.top),
+    )
+
+
+def _logprobs_object(
+    entries: list[oai.LogprobEntry], params: SamplingParams, chat: bool
+) -> dict[str, Any]:
+    if chat:
+        return oai.chat_logprobs(entries)
+    return oai.completion_logprobs(entries, with_top=bool(params.logprobs))
 
 
 def _finish(event: TokenEvent) -> str:

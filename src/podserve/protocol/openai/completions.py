@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 import orjson
@@ -14,6 +15,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from podserve.core.errors import InvalidInput
 
 FinishReason = Literal["stop", "length"]
+MAX_LOGPROBS = 20  # alternatives per token (OpenAI's top_logprobs limit, vLLM's default)
+
+
+@dataclass(frozen=True, slots=True)
+class LogprobEntry:
+    """One generated token as text, its log-probability, and the likeliest alternatives."""
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
 
 
 class StreamOptions(BaseModel):
@@ -34,7 +45,6 @@ class _Sampling(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = 1
-    logprobs: Any = None
     ignore_eos: bool = False  # vLLM's extension, used by benchmarks
 
     def stop_strings(self) -> tuple[str, ...]:
@@ -48,8 +58,10 @@ class _Sampling(BaseModel):
     def check_supported(self) -> None:
         if self.n != 1:
             raise InvalidInput(f"'n'={self.n} is not supported; only n=1")
-        if self.logprobs not in (None, False, 0):
-            raise InvalidInput("'logprobs' is not supported by this server")
+
+    def logprob_count(self) -> int | None:
+        """None: no log-probabilities; k: each token's and its k likeliest alternatives."""
+        return None
 
     @property
     def include_usage(self) -> bool:
@@ -58,6 +70,10 @@ class _Sampling(BaseModel):
 
 class CompletionRequest(_Sampling):
     prompt: str | list[str]
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+
+    def logprob_count(self) -> int | None:
+        return self.logprobs
 
     def prompt_text(self) -> str:
         if isinstance(self.prompt, str):
@@ -90,6 +106,16 @@ class ChatMessage(BaseModel):
 class ChatRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+
+    def check_supported(self) -> None:
+        super().check_supported()
+        if self.top_logprobs is not None and not self.logprobs:
+            raise InvalidInput("'top_logprobs' requires 'logprobs': true")
+
+    def logprob_count(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     def chat(self) -> list[dict[str, str]]:
         return [
@@ -131,20 +157,66 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     }
 
 
-def completion_body(rid: str, model: str, text: str, finish: str, use: dict[str, int]) -> bytes:
+def completion_logprobs(
+    entries: list[LogprobEntry], *, first_offset: int = 0, with_top: bool = True
+) -> dict[str, Any]:
+    """The legacy completions `logprobs` object; `text_offset` counts from `first_offset`."""
+    offsets = []
+    offset = first_offset
+    for entry in entries:
+        offsets.append(offset)
+        offset += len(entry.token)
+    return {
+        "tokens": [e.token for e in entries],
+        "token_logprobs": [e.logprob for e in entries],
+        "top_logprobs": [dict(e.top) for e in entries] if with_top else None,
+        "text_offset": offsets,
+    }
+
+
+def chat_logprobs(entries: list[LogprobEntry]) -> dict[str, Any]:
+    """The chat `logprobs` object: `content`, one item per token."""
+
+    def item(token: str, logprob: float) -> dict[str, Any]:
+        return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
+
+    return {
+        "content": [
+            {**item(e.token, e.logprob), "top_logprobs": [item(t, lp) for t, lp in e.top]}
+            for e in entries
+        ],
+        "refusal": None,
+    }
+
+
+def completion_body(
+    rid: str,
+    model: str,
+    text: str,
+    finish: str,
+    use: dict[str, int],
+    logprobs: dict[str, Any] | None = None,
+) -> bytes:
     return orjson.dumps(
         {
             "id": rid,
             "object": "text_completion",
             "created": int(time.time()),
             "model": model,
-            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+            "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}],
             "usage": use,
         }
     )
 
 
-def chat_body(rid: str, model: str, text: str, finish: str, use: dict[str, int]) -> bytes:
+def chat_body(
+    rid: str,
+    model: str,
+    text: str,
+    finish: str,
+    use: dict[str, int],
+    logprobs: dict[str, Any] | None = None,
+) -> bytes:
     return orjson.dumps(
         {
             "id": rid,
@@ -155,7 +227,7 @@ def chat_body(rid: str, model: str, text: str, finish: str, use: dict[str, int])
                 {
                     "index": 0,
                     "message": {"role": "assistant", "content": text},
-                    "logprobs": None,
+                    "logprobs": logprobs,
                     "finish_reason": finish,
                 }
             ],
@@ -171,20 +243,32 @@ def sse(payload: dict[str, Any]) -> bytes:
 SSE_DONE = b"data: [DONE]\n\n"
 
 
-def completion_chunk(rid: str, model: str, created: int, text: str, finish: str | None) -> bytes:
+def completion_chunk(
+    rid: str,
+    model: str,
+    created: int,
+    text: str,
+    finish: str | None,
+    logprobs: dict[str, Any] | None = None,
+) -> bytes:
     return sse(
         {
             "id": rid,
             "object": "text_completion",
             "created": created,
             "model": model,
-            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+            "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}],
         }
     )
 
 
 def chat_chunk(
-    rid: str, model: str, created: int, delta: dict[str, str], finish: str | None
+    rid: str,
+    model: str,
+    created: int,
+    delta: dict[str, str],
+    finish: str | None,
+    logprobs: dict[str, Any] | None = None,
 ) -> bytes:
     return sse(
         {
@@ -192,7 +276,9 @@ def chat_chunk(
             "object": "chat.completion.chunk",
             "created": created,
             "model": model,
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+            "choices": [
+                {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+            ],
         }
     )
 
