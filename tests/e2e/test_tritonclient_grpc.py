@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import queue
+from typing import Any
+
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -50,3 +53,41 @@ def test_rest_and_grpc_share_one_data_plane(
     x.set_data_from_numpy(np.ones((1, 3), dtype=np.float32))
     client.infer("echo", [x])
     assert server.metric("podserve_batch_size_count", {"model": "echo"}) == before + 1
+
+
+def test_stream_infer_answers_every_request_and_reports_errors_in_band(
+    client: grpcclient.InferenceServerClient,
+) -> None:
+    answers: queue.SimpleQueue[tuple[Any, Any]] = queue.SimpleQueue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    rows = np.array([[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]], dtype=np.float32)
+    for i in range(6):
+        features = grpcclient.InferInput("features", [1, 4], "FP32")
+        features.set_data_from_numpy(rows[i % 2 : i % 2 + 1])
+        client.async_stream_infer("iris", [features], request_id=f"r{i}")
+    wrong = grpcclient.InferInput("x", [1, 3], "FP32")
+    wrong.set_data_from_numpy(np.ones((1, 3), dtype=np.float32))
+    client.async_stream_infer("iris", [wrong], request_id="bad-input")
+    client.async_stream_infer("nope", [wrong], request_id="no-model")
+    client.stop_stream()  # closes our side; returns once the server has answered all
+    got = [answers.get(timeout=10) for _ in range(8)]
+    labels = {
+        result.get_response().id: result.as_numpy("label").tolist()
+        for result, error in got
+        if error is None
+    }
+    assert labels == {f"r{i}": [0] if i % 2 == 0 else [2] for i in range(6)}
+    errors = sorted(str(error) for _, error in got if error is not None)
+    assert len(errors) == 2
+    assert "missing input 'features'" in errors[0]
+    assert "unknown model 'nope'" in errors[1]
+    assert answers.empty()
+    # the stream was closed cleanly: the client can open another one
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    features = grpcclient.InferInput("features", [1, 4], "FP32")
+    features.set_data_from_numpy(rows[:1])
+    client.async_stream_infer("iris", [features], request_id="again")
+    client.stop_stream()
+    result, error = answers.get(timeout=10)
+    assert error is None
+    assert result.get_response().id == "again"

@@ -83,6 +83,7 @@ def test_every_method_has_tritonclients_path_and_types() -> None:
         "ServerMetadata",
         "ModelMetadata",
         "ModelInfer",
+        "ModelStreamInfer",
         "RepositoryIndex",
         "RepositoryModelLoad",
         "RepositoryModelUnload",
@@ -91,8 +92,9 @@ def test_every_method_has_tritonclients_path_and_types() -> None:
         other = their_methods[method.name]
         assert method.input_type.full_name == other.input_type.full_name
         assert method.output_type.full_name == other.output_type.full_name
-        assert not method.server_streaming
-        assert not other.server_streaming
+        streams = method.name == "ModelStreamInfer"
+        assert method.server_streaming == other.server_streaming == streams
+        assert method.client_streaming == other.client_streaming == streams
 
 
 def test_messages_live_outside_the_default_pool() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -30,7 +31,7 @@ from podserve.core.errors import (
     UnprocessableInput,
 )
 from podserve.server.grpc import start_grpc_server, stop_grpc_server
-from podserve.server.grpc.service import INFER_ENDPOINT
+from podserve.server.grpc.service import INFER_ENDPOINT, STREAM_INFER_ENDPOINT
 from tests.grpc.fake_dataplane import FakeDataPlane
 
 Client = triton_aio.InferenceServerClient
@@ -349,6 +350,36 @@ async def test_client_deadline_sets_disconnected(client: Client, fake: FakeDataP
     assert not fake.infer_was_cancelled
     (request,) = fake.requests
     assert request.deadline_s is not None
+
+
+async def test_stream_answers_in_completion_order_and_leaving_disconnects(
+    client: Client, fake: FakeDataPlane
+) -> None:
+    x = infer_input("x", np.arange(3, dtype=np.float32), "FP32")
+    keep_open = asyncio.Event()
+
+    async def requests() -> AsyncIterator[dict[str, Any]]:
+        yield {"model_name": "wait", "inputs": [x], "request_id": "slow"}
+        yield {"model_name": "double", "inputs": [x], "request_id": "fast"}
+        yield {"model_name": "nope", "inputs": [x], "request_id": "unknown"}
+        await keep_open.wait()  # the client keeps its side open
+
+    responses = client.stream_infer(requests())
+    answers = [await asyncio.wait_for(responses.__anext__(), 10) for _ in range(2)]
+    by_id = {
+        (result.get_response().id if result is not None else None): (result, error)
+        for result, error in answers
+    }
+    fast, error = by_id["fast"]
+    assert error is None
+    assert fast.as_numpy("x").tolist() == [0.0, 2.0, 4.0]
+    _, unknown_error = by_id[None]
+    assert "unknown" in str(unknown_error)
+    await asyncio.wait_for(fake.wait_started.wait(), timeout=10)
+    assert fake.endpoints[0] == STREAM_INFER_ENDPOINT
+    responses.cancel()  # the client leaves with "slow" still running
+    await asyncio.wait_for(fake.disconnect_seen.wait(), timeout=10)
+    assert not fake.infer_was_cancelled
 
 
 async def test_stop_after_grace_disconnects_in_flight_requests() -> None:

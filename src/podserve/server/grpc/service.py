@@ -49,6 +49,7 @@ Context: TypeAlias = Any
 
 # The `endpoint` label the data plane records for gRPC inference.
 INFER_ENDPOINT = "grpc.ModelInfer"
+STREAM_INFER_ENDPOINT = "grpc.ModelStreamInfer"
 
 # Parameters tritonclient's unload_model always sends; podserve has no ensembles, so
 # there are no dependents and the value changes nothing.
@@ -141,6 +142,8 @@ class InferenceServicer:
         # Data-plane calls whose client went away; held here until they unwind so that
         # the event loop (which keeps only weak references to tasks) cannot drop them.
         self._abandoned: set[asyncio.Task[InferResponse]] = set()
+        # The requests of every open ModelStreamInfer stream, held for the same reason.
+        self._streamed: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ health
 
@@ -221,6 +224,70 @@ class InferenceServicer:
                 self._abandon(call)
                 raise
             return encode_infer_response(response, request_id=request_id)
+
+    async def ModelStreamInfer(
+        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        """Triton's streaming extension. Requests run concurrently, as they arrive, and
+        each is answered on the stream when it completes (clients match responses by
+        `id`). A request that fails gets `error_message` and the stream goes on, as in
+        Triton. When the client closes its side, the stream ends after the last answer;
+        when the client leaves, its requests leave the data plane as a disconnected
+        REST or unary call's do."""
+        answers: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        disconnected = asyncio.Event()
+        remaining_s = context.time_remaining()
+        deadline_s = None if remaining_s is None else time.monotonic() + remaining_s
+        stream_request_id = _metadata_value(context, "x-request-id")
+
+        async def answer(request: pb.ModelInferRequest) -> None:
+            request_id = accept_request_id(request.id or stream_request_id)
+            try:
+                infer_request = decode_infer_request(
+                    request, request_id=request_id, deadline_s=deadline_s
+                )
+                response = await self._dataplane.infer(
+                    infer_request, endpoint=STREAM_INFER_ENDPOINT, disconnected=disconnected
+                )
+                reply = pb.ModelStreamInferResponse(
+                    infer_response=encode_infer_response(response, request_id=request_id)
+                )
+            except Exception as exc:  # one request's failure is its own answer
+                if not isinstance(exc, PodserveError):
+                    logger.exception("unexpected error in a ModelStreamInfer request")
+                reply = pb.ModelStreamInferResponse(
+                    error_message=status_for(exc).details,
+                    infer_response=pb.ModelInferResponse(
+                        model_name=request.model_name,
+                        model_version=request.model_version,
+                        id=request.id,
+                    ),
+                )
+            answers.put_nowait(reply)
+
+        async def read_requests() -> None:
+            running: set[asyncio.Task[None]] = set()
+            try:
+                async for request in request_iterator:
+                    task = asyncio.ensure_future(answer(request))
+                    running.add(task)
+                    self._streamed.add(task)
+                    task.add_done_callback(running.discard)
+                    task.add_done_callback(self._streamed.discard)
+                while running:  # the client closed its side: finish what it sent
+                    await asyncio.wait(set(running))
+            finally:
+                answers.put_nowait(None)
+
+        reader = asyncio.ensure_future(read_requests())
+        try:
+            while (item := await answers.get()) is not None:
+                yield item
+            await reader  # surfaces a broken request stream as the RPC's error
+        finally:
+            # The client left (or the stream ended): queued requests leave the data plane.
+            disconnected.set()
+            reader.cancel()
 
     def _abandon(self, call: asyncio.Task[InferResponse]) -> None:
         self._abandoned.add(call)
