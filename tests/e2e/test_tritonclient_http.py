@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
@@ -117,3 +119,60 @@ def test_repository_index_load_and_unload(client: httpclient.InferenceServerClie
         client.infer("lazy", [x])
     with pytest.raises(InferenceServerException, match="unknown model"):
         client.load_model("nope")
+
+
+def test_triton_model_config_describes_the_model(
+    client: httpclient.InferenceServerClient,
+) -> None:
+    config = client.get_model_config("iris")
+    assert config["name"] == "iris"
+    assert config["backend"] == "sklearn"
+    assert config["max_batch_size"] == 64
+    # dims leave out the batch dimension when the model batches, as in Triton
+    assert config["input"] == [
+        {"name": "features", "data_type": "TYPE_FP32", "dims": [4], "format": "FORMAT_NONE"}
+    ]
+    assert config["output"] == [
+        {"name": "label", "data_type": "TYPE_INT64", "dims": [1], "reshape": {"shape": []}}
+    ]
+    assert config["dynamic_batching"]["max_queue_delay_microseconds"] == 0
+    assert config["instance_group"][0]["count"] == 1
+    assert config["parameters"]["method"] == {"string_value": "predict"}
+    with pytest.raises(InferenceServerException, match="unknown model 'nope'"):
+        client.get_model_config("nope")
+
+
+def test_triton_statistics_count_what_the_model_computed(
+    client: httpclient.InferenceServerClient,
+) -> None:
+    def stats() -> dict[str, Any]:
+        (only,) = client.get_inference_statistics("echo")["model_stats"]
+        return dict(only)
+
+    before = stats()
+    x = httpclient.InferInput("x", [2, 3], "FP32")
+    x.set_data_from_numpy(np.ones((2, 3), dtype=np.float32))
+    for _ in range(3):
+        client.infer("echo", [x])
+    bad = httpclient.InferInput("x", [1, 3], "FP32")
+    bad.set_data_from_numpy(np.full((1, 3), 666, dtype=np.float32))  # the model refuses it
+    with pytest.raises(InferenceServerException):
+        client.infer("echo", [bad])
+    after = stats()
+    grew = {
+        key: after["inference_stats"][key]["count"] - before["inference_stats"][key]["count"]
+        for key in ("success", "fail", "queue", "compute_infer")
+    }
+    assert grew == {"success": 3, "fail": 1, "queue": 4, "compute_infer": 3}
+    # successes only, as in Triton: rows, and model calls (one per request here)
+    assert after["inference_count"] - before["inference_count"] == 6
+    assert after["execution_count"] - before["execution_count"] == 3
+    assert after["last_inference"] > 0
+    assert after["inference_stats"]["success"]["ns"] > before["inference_stats"]["success"]["ns"]
+    sizes = {b["batch_size"]: b["compute_infer"]["count"] for b in after["batch_stats"]}
+    assert sizes[2] >= 3
+    everything = client.get_inference_statistics()["model_stats"]
+    assert {"iris", "echo"} <= {s["name"] for s in everything}
+    assert "lazy" not in {s["name"] for s in everything}  # not loaded
+    with pytest.raises(InferenceServerException, match="unknown model 'nope'"):
+        client.get_inference_statistics("nope")

@@ -11,7 +11,14 @@ import asyncio
 from typing import Protocol
 
 from podserve.core.tensors import InferRequest, InferResponse
-from podserve.dataplane.types import HealthReport, ModelMetadata, RepositoryEntry, ServerMetadata
+from podserve.dataplane.types import (
+    HealthReport,
+    ModelConfigView,
+    ModelMetadata,
+    RepositoryEntry,
+    ServerMetadata,
+)
+from podserve.engine.stats import ModelStatistics
 
 
 class DataPlaneAPI(Protocol):
@@ -33,6 +40,16 @@ class DataPlaneAPI(Protocol):
     ) -> InferResponse:
         """Run one request. `disconnected` is set by the edge when the client goes away;
         the request is then cancelled (dropped if queued) and `Cancelled` is raised."""
+        ...
+
+    def model_config(self, name: str, version: str | None = None) -> ModelConfigView:
+        """Triton's model-configuration extension; raises ModelNotFound."""
+        ...
+
+    def model_statistics(
+        self, name: str | None = None, version: str | None = None
+    ) -> list[ModelStatistics]:
+        """Triton's statistics extension: one model's, or every loaded model's."""
         ...
 
     def repository_index(self, ready_only: bool = False) -> list[RepositoryEntry]: ...

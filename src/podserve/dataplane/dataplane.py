@@ -23,7 +23,15 @@ from podserve.core.errors import (
     Unavailable,
 )
 from podserve.core.tensors import InferRequest, InferResponse
-from podserve.dataplane.types import HealthReport, ModelMetadata, RepositoryEntry, ServerMetadata
+from podserve.dataplane import triton
+from podserve.dataplane.types import (
+    HealthReport,
+    ModelConfigView,
+    ModelMetadata,
+    RepositoryEntry,
+    ServerMetadata,
+)
+from podserve.engine.stats import ModelStatistics
 from podserve.generation.sampling import SamplingParams
 from podserve.generation.service import GenerativeWorker
 from podserve.generation.stream import TokenEvent
@@ -34,7 +42,13 @@ from podserve.repository import ModelRepository, ModelState
 
 log = logging.getLogger("podserve.dataplane")
 
-EXTENSIONS = ("binary_tensor_data", "model_repository", "schedule_policy")
+EXTENSIONS = (
+    "binary_tensor_data",
+    "model_repository",
+    "schedule_policy",
+    "model_configuration",
+    "statistics",
+)
 
 
 class DataPlane:
@@ -212,6 +226,15 @@ class DataPlane:
             state = "UNAVAILABLE" if entry.state is ModelState.FAILED else entry.state.value
             rows.append(RepositoryEntry(entry.name, entry.config.version, state, entry.error or ""))
         return rows
+
+    # --- Triton's model configuration and statistics extensions ----------------------
+    def model_config(self, name: str, version: str | None = None) -> ModelConfigView:
+        return triton.model_config(self.repository, name, version)
+
+    def model_statistics(
+        self, name: str | None = None, version: str | None = None
+    ) -> list[ModelStatistics]:
+        return triton.model_statistics(self.repository, name, version)
 
     async def load_model(self, name: str) -> None:
         if self.lifecycle.draining:

@@ -6,8 +6,15 @@ from dataclasses import dataclass
 
 from podserve.core.health import HealthReport
 from podserve.core.tensors import TensorSpec
+from podserve.core.triton import ModelConfigView
 
-__all__ = ["HealthReport", "ModelMetadata", "RepositoryEntry", "ServerMetadata"]
+__all__ = [
+    "HealthReport",
+    "ModelConfigView",
+    "ModelMetadata",
+    "RepositoryEntry",
+    "ServerMetadata",
+]
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ from podserve.core.errors import (
 )
 from podserve.core.tensors import InferRequest, InferResponse
 from podserve.engine.executor import WorkerThreads
+from podserve.engine.stats import StatsRecorder
 from podserve.obs.metrics import ModelMetrics
 from podserve.runtimes.base import ModelAPI
 from podserve.runtimes.batch_call import Outcome, run_batch
@@ -83,8 +84,11 @@ class _BatchRun:
     """What a worker thread reports for one batch."""
 
     started_s: float
+    finished_s: float
     outcomes: list[Outcome | None]  # None: abandoned before the batch started
     rows: int  # rows actually computed
+    requests: int  # requests actually computed
+    queue_s: float  # their waits before the batch started, summed
 
 
 class ModelWorker:
@@ -129,6 +133,7 @@ class ModelWorker:
         self._drain_rate = DrainRateEstimator(clock)
         self._pressure = QueuePressure(limits.ready_high_watermark, limits.ready_low_watermark)
         self.last_device_error: str | None = None
+        self.stats = StatsRecorder()  # Triton-style statistics (engine/stats.py)
 
     # --- state the lifecycle and metrics read ----------------------------------------
     @property
@@ -180,12 +185,18 @@ class ModelWorker:
         self._queue_changed()
         self._pump()
         try:
-            return await pending.future
+            response = await pending.future
         except asyncio.CancelledError:
             # The caller went away: a queued request leaves the queue now; a running one
             # finishes on its thread and its result is dropped.
             self._abandon(key)
             raise
+        except PodserveError:
+            self.stats.record_request(False, self._clock.now_s() - now)
+            raise
+        else:
+            self.stats.record_request(True, self._clock.now_s() - now)
+            return response
         finally:
             self._inflight -= 1
             self._metrics.inflight.dec()
@@ -317,8 +328,22 @@ class ModelWorker:
         else:
             outcomes = run.outcomes
             if run.rows:
-                self._metrics.compute_duration.observe(self._clock.now_s() - run.started_s)
+                compute_s = run.finished_s - run.started_s
+                self._metrics.compute_duration.observe(compute_s)
                 self._metrics.batch_size.observe(run.rows)
+                done = [
+                    p
+                    for p, outcome in zip(batch, outcomes, strict=True)
+                    if outcome is not None and not isinstance(outcome, PodserveError)
+                ]
+                self.stats.record_batch(
+                    rows=run.rows,
+                    started=run.requests,
+                    succeeded=len(done),
+                    succeeded_rows=sum(p.rows for p in done),
+                    queue_s=run.queue_s,
+                    compute_s=compute_s,
+                )
         self._drain_rate.record_completions(len(batch))
         device_failed = False
         for pending, outcome in zip(batch, outcomes, strict=True):
@@ -352,6 +377,7 @@ class ModelWorker:
         started = self._clock.now_s()
         outcomes: list[Outcome | None] = [None] * len(batch)
         run: list[int] = []
+        queue_s = 0.0
         for i, pending in enumerate(batch):
             if pending.abandoned:
                 continue
@@ -365,6 +391,7 @@ class ModelWorker:
                 continue
             run.append(i)
             self._metrics.queue_wait.observe(started - pending.enqueued_s)
+            queue_s += started - pending.enqueued_s
         if run:
             results = run_batch(
                 self.model,
@@ -374,7 +401,8 @@ class ModelWorker:
             )
             for i, outcome in zip(run, results, strict=True):
                 outcomes[i] = outcome
-        return _BatchRun(started, outcomes, sum(batch[i].rows for i in run))
+        rows = sum(batch[i].rows for i in run)
+        return _BatchRun(started, self._clock.now_s(), outcomes, rows, len(run), queue_s)
 
     def _count_error(self, error: PodserveError) -> None:
         if isinstance(error, DeviceError):

@@ -73,6 +73,9 @@ class App:
             path: {"GET": Route(handler)} for path, handler in probe.items()
         }
         self._static["/v2/repository/index"] = {"POST": Route(self._v2.repository_index)}
+        # Triton's statistics of every loaded model (a model named "stats" has its own
+        # at /v2/models/stats/stats)
+        self._static["/v2/models/stats"] = {"GET": Route(self._v2.model_statistics)}
         openai = OpenAIRoutes(dataplane)
         self._static["/v1/models"] = {"GET": Route(openai.models, openai=True)}
         self._static["/v1/completions"] = {
@@ -128,6 +131,10 @@ class App:
                 return {"GET": Route(self._v2.model_metadata)}, params, model
             if rest == ["ready"]:
                 return {"GET": Route(self._v2.model_ready)}, params, model
+            if rest == ["config"]:
+                return {"GET": Route(self._v2.model_config)}, params, model
+            if rest == ["stats"]:
+                return {"GET": Route(self._v2.model_statistics)}, params, model
             if rest == ["infer"]:
                 return {"POST": Route(self._v2.infer, inference=True)}, params, model
         elif path.startswith("/v2/repository/models/"):

@@ -18,6 +18,7 @@ from podserve.protocol.v2 import (
     encode_server_metadata,
     parse_header_length,
 )
+from podserve.protocol.v2.triton import encode_model_config, encode_model_statistics
 from podserve.server.http import JSON, Request, Response, json_response
 
 OCTET_STREAM = b"application/octet-stream"
@@ -35,6 +36,17 @@ class V2Routes:
     async def model_metadata(self, request: Request) -> Response:
         name, version = request.model, request.path_params.get("version")
         return Response(200, encode_model_metadata(self._dataplane.model_metadata(name, version)))
+
+    async def model_config(self, request: Request) -> Response:
+        name, version = request.model, request.path_params.get("version")
+        return Response(200, encode_model_config(self._dataplane.model_config(name, version)))
+
+    async def model_statistics(self, request: Request) -> Response:
+        # `GET /v2/models/stats` (every loaded model) routes here with no model
+        name, version = request.model or None, request.path_params.get("version")
+        return Response(
+            200, encode_model_statistics(self._dataplane.model_statistics(name, version))
+        )
 
     async def model_ready(self, request: Request) -> Response:
         name, version = request.model, request.path_params.get("version")
