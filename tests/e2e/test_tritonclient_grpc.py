@@ -91,3 +91,23 @@ def test_stream_infer_answers_every_request_and_reports_errors_in_band(
     result, error = answers.get(timeout=10)
     assert error is None
     assert result.get_response().id == "again"
+
+
+def test_model_config_and_statistics_over_grpc(client: grpcclient.InferenceServerClient) -> None:
+    config = client.get_model_config("iris").config
+    assert (config.name, config.backend, config.max_batch_size) == ("iris", "sklearn", 64)
+    assert [(i.name, i.data_type, list(i.dims)) for i in config.input] == [
+        ("features", 11, [4])  # TYPE_FP32, without the batch dimension
+    ]
+    before = client.get_inference_statistics("iris").model_stats[0]
+    features = grpcclient.InferInput("features", [3, 4], "FP32")
+    features.set_data_from_numpy(np.ones((3, 4), dtype=np.float32))
+    client.infer("iris", [features])
+    after = client.get_inference_statistics("iris").model_stats[0]
+    assert after.inference_count - before.inference_count == 3
+    assert after.inference_stats.success.count - before.inference_stats.success.count == 1
+    assert after.execution_count - before.execution_count == 1
+    names = {s.name for s in client.get_inference_statistics().model_stats}
+    assert {"iris", "echo"} <= names
+    with pytest.raises(InferenceServerException, match="unknown model 'nope'"):
+        client.get_inference_statistics("nope")

@@ -23,6 +23,7 @@ import numpy as np
 
 from podserve.core.errors import Cancelled, InvalidInput, ModelNotFound
 from podserve.core.tensors import Datatype, InferRequest, InferResponse, Tensor, TensorSpec
+from podserve.core.triton import BatchStatistics, Duration, ModelConfigView, ModelStatistics
 from podserve.dataplane.types import HealthReport, ModelMetadata, RepositoryEntry, ServerMetadata
 
 MODELS = ("echo", "double", "wait")
@@ -82,6 +83,46 @@ class FakeDataPlane:
             inputs=(TensorSpec("INPUT0", Datatype.FP32, (-1, 4)),),
             outputs=(TensorSpec("OUTPUT0", Datatype.FP32, (-1, 4)),),
         )
+
+    def model_config(self, name: str, version: str | None = None) -> ModelConfigView:
+        self._known(name)
+        return ModelConfigView(
+            name=name,
+            version="1",
+            platform="fake",
+            backend="fake",
+            max_batch_size=8,
+            inputs=(TensorSpec("x", Datatype.FP32, (-1, 3)),),
+            outputs=(TensorSpec("y", Datatype.FP32, (-1,)),),
+            dynamic_batching=True,
+            preferred_batch_sizes=(4, 8),
+            max_queue_delay_us=0,
+            instance_count=1,
+            parameters={"scale": "2"},
+        )
+
+    def model_statistics(
+        self, name: str | None = None, version: str | None = None
+    ) -> list[ModelStatistics]:
+        """Scripted: "double" served 5 requests in one batch of 4 rows and one of 1."""
+        if name:
+            self._known(name)
+        names = [name] if name else ["double", "echo"]
+        return [
+            ModelStatistics(
+                name=n,
+                version="1",
+                last_inference_ms=1_700_000_000_000,
+                inference_count=5 if n == "double" else 0,
+                execution_count=2 if n == "double" else 0,
+                success=Duration(5, 5000) if n == "double" else Duration(),
+                fail=Duration(),
+                queue=Duration(5, 100) if n == "double" else Duration(),
+                compute_infer=Duration(5, 900) if n == "double" else Duration(),
+                batches=(BatchStatistics(4, Duration(1, 700)),) if n == "double" else (),
+            )
+            for n in names
+        ]
 
     # ---------------------------------------------------------------- inference
 

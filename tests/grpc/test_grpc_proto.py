@@ -9,6 +9,7 @@ from types import ModuleType
 
 import pytest
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from tritonclient.grpc import model_config_pb2 as triton_config_pb
 from tritonclient.grpc import service_pb2 as triton_pb
 
 from podserve.server.grpc._generated import inference_pb2 as pb
@@ -49,6 +50,7 @@ def _field_signature(field: FieldDescriptor) -> tuple[object, ...]:
         field.type,
         field.is_repeated,
         field.message_type.full_name if field.message_type else None,
+        field.enum_type.full_name if field.enum_type else None,
         field.containing_oneof.name if field.containing_oneof else None,
     )
 
@@ -65,10 +67,31 @@ def _assert_wire_compatible(ours: Descriptor, theirs: Descriptor) -> None:
         _assert_wire_compatible(nested, their_nested[nested.name])
 
 
+def _theirs(name: str) -> Descriptor:
+    # Triton keeps the model-configuration messages in model_config.proto
+    for module in (triton_pb, triton_config_pb):
+        if name in module.DESCRIPTOR.message_types_by_name:
+            found: Descriptor = module.DESCRIPTOR.message_types_by_name[name]
+            return found
+    raise KeyError(f"tritonclient has no message {name!r}")
+
+
 @pytest.mark.parametrize("name", sorted(pb.DESCRIPTOR.message_types_by_name))
 def test_every_message_is_wire_compatible_with_tritonclient(name: str) -> None:
-    ours = pb.DESCRIPTOR.message_types_by_name[name]
-    _assert_wire_compatible(ours, triton_pb.DESCRIPTOR.message_types_by_name[name])
+    _assert_wire_compatible(pb.DESCRIPTOR.message_types_by_name[name], _theirs(name))
+
+
+@pytest.mark.parametrize("name", sorted(pb.DESCRIPTOR.enum_types_by_name))
+def test_every_enum_has_tritonclients_values(name: str) -> None:
+    ours = pb.DESCRIPTOR.enum_types_by_name[name]
+    theirs = triton_config_pb.DESCRIPTOR.enum_types_by_name[name]
+    assert {v.name: v.number for v in ours.values} == {v.name: v.number for v in theirs.values}
+    for message in ("ModelInput", "ModelInstanceGroup"):
+        for nested in pb.DESCRIPTOR.message_types_by_name[message].enum_types:
+            their_nested = _theirs(message).enum_types_by_name[nested.name]
+            assert [(v.name, v.number) for v in nested.values] == [
+                (v.name, v.number) for v in their_nested.values
+            ]
 
 
 def test_every_method_has_tritonclients_path_and_types() -> None:
@@ -84,6 +107,8 @@ def test_every_method_has_tritonclients_path_and_types() -> None:
         "ModelMetadata",
         "ModelInfer",
         "ModelStreamInfer",
+        "ModelConfig",
+        "ModelStatistics",
         "RepositoryIndex",
         "RepositoryModelLoad",
         "RepositoryModelUnload",

@@ -280,7 +280,7 @@ async def test_decoding_errors_are_invalid_argument(client: Client, fake: FakeDa
 
 
 async def test_unimplemented_methods_say_so(client: Client) -> None:
-    raised = await raises_status(client.get_model_config("echo"))
+    raised = await raises_status(client.get_system_shared_memory_status())
     assert raised.status() == "StatusCode.UNIMPLEMENTED"
 
 
@@ -380,6 +380,34 @@ async def test_stream_answers_in_completion_order_and_leaving_disconnects(
     responses.cancel()  # the client leaves with "slow" still running
     await asyncio.wait_for(fake.disconnect_seen.wait(), timeout=10)
     assert not fake.infer_was_cancelled
+
+
+async def test_model_config_and_statistics(client: Client, fake: FakeDataPlane) -> None:
+    config = (await client.get_model_config("double", as_json=True))["config"]
+    assert config["name"] == "double"
+    assert config["max_batch_size"] == 8
+    assert config["input"] == [{"name": "x", "data_type": "TYPE_FP32", "dims": ["3"]}]
+    assert config["output"][0]["reshape"] == {}  # an empty shape: the batch dimension only
+    assert config["dynamic_batching"]["preferred_batch_size"] == [4, 8]
+    assert config["instance_group"][0]["kind"] == "KIND_CPU"
+    assert config["parameters"] == {"scale": {"string_value": "2"}}
+    raised = await raises_status(client.get_model_config("nope"))
+    assert raised.status() == "StatusCode.NOT_FOUND"
+    raised = await raises_status(client.get_model_config(""))
+    assert raised.status() == "StatusCode.INVALID_ARGUMENT"
+    one = await client.get_inference_statistics("double", as_json=True)
+    (stats,) = one["model_stats"]
+    assert stats["inference_stats"]["success"] == {"count": "5", "ns": "5000"}
+    assert stats["batch_stats"] == [
+        {
+            "batch_size": "4",
+            "compute_input": {},
+            "compute_infer": {"count": "1", "ns": "700"},
+            "compute_output": {},
+        }
+    ]
+    everything = await client.get_inference_statistics(as_json=True)
+    assert [s["name"] for s in everything["model_stats"]] == ["double", "echo"]
 
 
 async def test_stop_after_grace_disconnects_in_flight_requests() -> None:

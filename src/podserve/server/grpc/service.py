@@ -39,6 +39,7 @@ from podserve.core.errors import (
 from podserve.core.ids import accept_request_id
 from podserve.core.tensors import InferResponse
 from podserve.dataplane.api import DataPlaneAPI
+from podserve.server.grpc import triton
 from podserve.server.grpc._generated import inference_pb2 as pb
 from podserve.server.grpc.codec import decode_infer_request, encode_infer_response
 
@@ -302,6 +303,23 @@ class InferenceServicer:
         exc = call.exception()
         if exc is not None and not isinstance(exc, Cancelled):
             logger.warning("abandoned gRPC inference ended with %r", exc)
+
+    # ------------------------------------------------------------------ Triton extensions
+
+    async def ModelConfig(
+        self, request: pb.ModelConfigRequest, context: Context
+    ) -> pb.ModelConfigResponse:
+        async with _status_on_error(context, "ModelConfig"):
+            _check_model_name(request.name)
+            view = self._dataplane.model_config(request.name, request.version or None)
+            return triton.encode_model_config(view)
+
+    async def ModelStatistics(
+        self, request: pb.ModelStatisticsRequest, context: Context
+    ) -> pb.ModelStatisticsResponse:
+        async with _status_on_error(context, "ModelStatistics"):
+            stats = self._dataplane.model_statistics(request.name or None, request.version or None)
+            return triton.encode_model_statistics(stats)
 
     # ------------------------------------------------------------------ repository extension
 
