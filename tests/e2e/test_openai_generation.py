@@ -115,6 +115,77 @@ def test_stop_strings_cut_the_text(client: openai.OpenAI) -> None:
     assert text.startswith(cut.choices[0].text)
 
 
+def test_n_choices_are_independent_sequences(client: openai.OpenAI) -> None:
+    result = client.completions.create(
+        model="tiny",
+        prompt="The function returns",
+        max_tokens=10,
+        temperature=1.0,
+        seed=11,
+        n=3,
+        extra_body={"ignore_eos": True},
+    )
+    assert [c.index for c in result.choices] == [0, 1, 2]
+    assert all(c.finish_reason == "length" for c in result.choices)
+    assert result.usage.completion_tokens == 30  # the prompt counts once
+    assert len({c.text for c in result.choices}) > 1  # seeds 11, 12, 13 differ
+    again = client.completions.create(
+        model="tiny",
+        prompt="The function returns",
+        max_tokens=10,
+        temperature=1.0,
+        seed=11,
+        n=3,
+        extra_body={"ignore_eos": True},
+    )
+    assert [c.text for c in again.choices] == [c.text for c in result.choices]
+    greedy = client.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": "What does json.dumps do?"}],
+        max_tokens=8,
+        temperature=0,
+        n=2,
+    )
+    first, second = greedy.choices
+    assert first.message.content == second.message.content  # greedy: the same text
+
+
+def test_n_choices_stream_interleaved_with_their_index(client: openai.OpenAI) -> None:
+    texts: dict[int, str] = {0: "", 1: ""}
+    finishes: dict[int, str | None] = {}
+    usage = None
+    for chunk in client.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": "What does json.dumps do?"}],
+        max_tokens=12,
+        temperature=0.8,
+        seed=5,
+        n=2,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True},
+    ):
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            texts[choice.index] += choice.delta.content or ""
+            if choice.finish_reason is not None:
+                finishes[choice.index] = choice.finish_reason
+    assert finishes == {0: "length", 1: "length"}
+    assert usage is not None
+    assert usage.completion_tokens == 24
+    whole = client.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": "What does json.dumps do?"}],
+        max_tokens=12,
+        temperature=0.8,
+        seed=5,
+        n=2,
+        extra_body={"ignore_eos": True},
+    )
+    assert [c.message.content for c in whole.choices] == [texts[0], texts[1]]
+
+
 def test_completion_logprobs_name_each_token_and_its_alternatives(
     client: openai.OpenAI,
 ) -> None:
@@ -237,8 +308,8 @@ def test_errors_follow_openai_shapes(client: openai.OpenAI) -> None:
         client.completions.create(model="lazy", prompt="x")
     assert unavailable.value.status_code == 503
     assert "retry-after" in unavailable.value.response.headers
-    with pytest.raises(openai.BadRequestError, match="'n'=2 is not supported"):
-        client.completions.create(model="tiny", prompt="x", n=2)
+    with pytest.raises(openai.BadRequestError, match="'n': Input should be less than or equal"):
+        client.completions.create(model="tiny", prompt="x", n=17)
 
 
 def test_a_client_that_leaves_mid_stream_frees_its_sequence(server: ServerProcess) -> None:

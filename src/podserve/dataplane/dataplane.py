@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
 import podserve
@@ -24,6 +24,7 @@ from podserve.core.errors import (
 )
 from podserve.core.tensors import InferRequest, InferResponse
 from podserve.dataplane import triton
+from podserve.dataplane.streams import GenerationStream
 from podserve.dataplane.types import (
     HealthReport,
     ModelConfigView,
@@ -34,7 +35,6 @@ from podserve.dataplane.types import (
 from podserve.engine.stats import ModelStatistics
 from podserve.generation.sampling import SamplingParams
 from podserve.generation.service import GenerativeWorker
-from podserve.generation.stream import TokenEvent
 from podserve.lifecycle import Lifecycle
 from podserve.obs.metrics import Metrics
 from podserve.obs.payloads import PayloadLogger
@@ -184,30 +184,30 @@ class DataPlane:
         return worker
 
     def generate(
-        self, worker: GenerativeWorker, prompt_ids: list[int], params: SamplingParams
-    ) -> AsyncGenerator[TokenEvent, None]:
-        """Admit one generation (raising before any byte is sent) and return its token
-        stream. The request counts as in flight for the drain until the stream ends."""
+        self,
+        worker: GenerativeWorker,
+        prompt_ids: list[int],
+        params: SamplingParams | list[SamplingParams],
+    ) -> list[GenerationStream]:
+        """Admit one generation request of one or more sequences (OpenAI's `n`: one
+        `SamplingParams` each), all or none, raising before any byte is sent; return a
+        token stream per sequence. Each counts as in flight for the drain until closed."""
+        sequences = params if isinstance(params, list) else [params]
         if self.lifecycle.draining:
             self._reject(worker.name, "draining")
             raise Draining()
-        try:
-            worker.check(prompt_ids, params)
+        try:  # the sequences share the prompt and max_tokens: one check for all
+            worker.check(prompt_ids, sequences[0], copies=len(sequences))
         except Unavailable as exc:
             self._reject(worker.name, exc.reason)
             raise
-        self.lifecycle.request_started()
-        return self._tracked(worker.generate(prompt_ids, params))
-
-    async def _tracked(
-        self, events: AsyncGenerator[TokenEvent, None]
-    ) -> AsyncGenerator[TokenEvent, None]:
-        try:
-            async for event in events:
-                yield event
-        finally:
-            await events.aclose()
-            self.lifecycle.request_finished()
+        streams = []
+        for one in sequences:
+            self.lifecycle.request_started()
+            streams.append(
+                GenerationStream(worker.generate(prompt_ids, one), self.lifecycle.request_finished)
+            )
+        return streams
 
     def refresh_generation_gauges(self) -> None:
         for worker in self.repository.workers():

@@ -101,8 +101,9 @@ class GenerativeWorker:
         )
 
     # --- the request path --------------------------------------------------------------
-    def check(self, prompt_ids: list[int], params: SamplingParams) -> None:
-        """Refuse early and clearly, before anything is queued."""
+    def check(self, prompt_ids: list[int], params: SamplingParams, copies: int = 1) -> None:
+        """Refuse early and clearly, before anything is queued. `copies`: the request's
+        `n` sequences, admitted all together or not at all."""
         if params.max_tokens > self.limits.max_tokens_cap:
             raise InvalidInput(
                 f"max_tokens={params.max_tokens} exceeds this model's limit of "
@@ -116,14 +117,15 @@ class GenerativeWorker:
                 f"{context} tokens"
             )
         stats = self.engine.stats()
-        if stats.num_waiting >= self.limits.max_queue:
+        if stats.num_waiting + copies > self.limits.max_queue:
             raise Unavailable(
                 f"model {self.name!r} has {stats.num_waiting} requests waiting (limit "
                 f"{self.limits.max_queue}); retry later or on another replica",
                 reason="queue_full",
                 retry_after_s=self._retry_after_s(stats.num_waiting),
             )
-        if self._queued_prompt_tokens + len(prompt_ids) > self.limits.max_queued_prompt_tokens:
+        queued = self._queued_prompt_tokens + copies * len(prompt_ids)
+        if queued > self.limits.max_queued_prompt_tokens:
             raise Unavailable(
                 f"model {self.name!r} has {self._queued_prompt_tokens} prompt tokens waiting "
                 f"(limit {self.limits.max_queued_prompt_tokens}); retry later",

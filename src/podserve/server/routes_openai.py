@@ -3,13 +3,16 @@ drain and metrics apply unchanged; errors use OpenAI's error object."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
 from podserve.core.errors import InferenceFailed, InvalidInput, PodserveError
 from podserve.dataplane.dataplane import DataPlane
+from podserve.dataplane.streams import GenerationStream
 from podserve.generation.sampling import SamplingParams
 from podserve.generation.service import GenerativeWorker
 from podserve.generation.stream import TokenEvent
@@ -86,35 +89,30 @@ class OpenAIRoutes:
         chat: bool,
         worker: GenerativeWorker,
     ) -> Response | StreamingResponse:
-        events = self._dataplane.generate(worker, prompt_ids, params)
+        streams = self._dataplane.generate(worker, prompt_ids, _choices(params, parsed.n))
         rid = oai.new_id("chatcmpl" if chat else "cmpl")
         if parsed.stream:
             return StreamingResponse(
-                200, self._sse(events, parsed, rid, len(prompt_ids), chat, worker)
+                200, self._sse(streams, parsed, rid, len(prompt_ids), chat, worker)
             )
-        parts: list[str] = []
-        entries: list[oai.LogprobEntry] = []
-        finish = "stop"
-        generated = 0
-        async with contextlib.aclosing(events):
-            async for event in events:
-                generated += event.token_id is not None
-                parts.append(event.text)
-                entry = _logprob_entry(worker, event)
-                if entry is not None:
-                    entries.append(entry)
-                if event.finish_reason is not None:
-                    finish = _finish(event)
-        use = oai.usage(len(prompt_ids), generated)
-        logprobs = _logprobs_object(entries, params, chat) if params.logprobs is not None else None
-        body = (oai.chat_body if chat else oai.completion_body)(
-            rid, parsed.model, "".join(parts), finish, use, logprobs
-        )
+        tasks = [asyncio.ensure_future(_collect(s, worker)) for s in streams]
+        try:
+            results = await asyncio.gather(*tasks)
+        finally:  # one choice failed, or the client left: end them all
+            await _close(streams, tasks)
+        choices = []
+        for text, finish, entries in results:
+            logprobs = None
+            if params.logprobs is not None:
+                logprobs = _logprobs_object(entries, params, chat)
+            choices.append(oai.Choice(text, finish, logprobs))
+        use = oai.usage(len(prompt_ids), sum(len(tokens) for _, _, tokens in results))
+        body = (oai.chat_body if chat else oai.completion_body)(rid, parsed.model, choices, use)
         return Response(200, body)
 
     async def _sse(
         self,
-        events: AsyncGenerator[TokenEvent, None],
+        streams: list[GenerationStream],
         parsed: oai.CompletionRequest | oai.ChatRequest,
         rid: str,
         prompt_tokens: int,
@@ -125,14 +123,14 @@ class OpenAIRoutes:
         model = parsed.model
         generated = 0
         with_top = bool(parsed.logprob_count())
-        text_offset = 0
-        async with contextlib.aclosing(events):
+        text_offsets = [0] * len(streams)
+        async with contextlib.aclosing(_merged(streams)) as events:
             if chat:
-                yield oai.chat_chunk(
-                    rid, model, created, {"role": "assistant", "content": ""}, None
-                )
+                for index in range(len(streams)):
+                    role = {"role": "assistant", "content": ""}
+                    yield oai.chat_chunk(rid, model, created, role, None, index=index)
             try:
-                async for event in events:
+                async for index, event in events:
                     generated += event.token_id is not None
                     finish = _finish(event) if event.finish_reason is not None else None
                     # One chunk per token, even when its text is empty (held back for a
@@ -144,16 +142,18 @@ class OpenAIRoutes:
                     if chat:
                         delta = {"content": event.text} if event.text or not finish else {}
                         logprobs = oai.chat_logprobs([entry]) if entry else None
-                        yield oai.chat_chunk(rid, model, created, delta, finish, logprobs)
+                        yield oai.chat_chunk(
+                            rid, model, created, delta, finish, logprobs, index=index
+                        )
                     else:
                         logprobs = None
                         if entry is not None:
                             logprobs = oai.completion_logprobs(
-                                [entry], first_offset=text_offset, with_top=with_top
+                                [entry], first_offset=text_offsets[index], with_top=with_top
                             )
-                            text_offset += len(entry.token)
+                            text_offsets[index] += len(entry.token)
                         yield oai.completion_chunk(
-                            rid, model, created, event.text, finish, logprobs
+                            rid, model, created, event.text, finish, logprobs, index=index
                         )
             except PodserveError as exc:
                 # The status line is gone already: report the error as the last event.
@@ -164,6 +164,81 @@ class OpenAIRoutes:
             obj = "chat.completion.chunk" if chat else "text_completion"
             yield oai.usage_chunk(rid, model, created, obj, oai.usage(prompt_tokens, generated))
         yield oai.SSE_DONE
+
+
+async def _collect(
+    stream: GenerationStream, worker: GenerativeWorker
+) -> tuple[str, str, list[oai.LogprobEntry | None]]:
+    """One choice: its text, finish reason, and per generated token its logprob entry
+    (None when not asked for)."""
+    parts: list[str] = []
+    tokens: list[oai.LogprobEntry | None] = []
+    finish = "stop"
+    async for event in stream:
+        parts.append(event.text)
+        if event.token_id is not None:
+            tokens.append(_logprob_entry(worker, event))
+        if event.finish_reason is not None:
+            finish = _finish(event)
+    return "".join(parts), finish, tokens
+
+
+async def _merged(
+    streams: list[GenerationStream],
+) -> AsyncGenerator[tuple[int, TokenEvent], None]:
+    """The events of every choice as they come, tagged with the choice's index. One
+    choice is read directly (the common case: no task, no queue per token)."""
+    if len(streams) == 1:
+        try:
+            async for event in streams[0]:
+                yield 0, event
+        finally:
+            await streams[0].aclose()
+        return
+    queue: asyncio.Queue[tuple[int, TokenEvent | BaseException | None]] = asyncio.Queue()
+
+    async def pump(index: int, stream: GenerationStream) -> None:
+        try:
+            async for event in stream:
+                queue.put_nowait((index, event))
+        except Exception as exc:  # handed to the reader, which ends every choice
+            queue.put_nowait((index, exc))
+        else:
+            queue.put_nowait((index, None))
+
+    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        ended = 0
+        while ended < len(streams):
+            index, item = await queue.get()
+            if item is None:
+                ended += 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield index, item
+    finally:
+        await _close(streams, tasks)
+
+
+async def _close(streams: list[GenerationStream], tasks: Sequence[asyncio.Future[Any]]) -> None:
+    """Stop every choice's reader, then close every stream (aborting what still runs)."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for stream in streams:
+        await stream.aclose()
+
+
+def _choices(params: SamplingParams, n: int) -> list[SamplingParams]:
+    """One sequence per choice. With a seed, choice i samples with seed + i, so the choices
+    differ and the response is still reproducible."""
+    if n == 1:
+        return [params]
+    return [
+        dataclasses.replace(params, seed=None if params.seed is None else params.seed + i)
+        for i in range(n)
+    ]
 
 
 def _params(
@@ -193,8 +268,9 @@ def _logprob_entry(worker: GenerativeWorker, event: TokenEvent) -> oai.LogprobEn
 
 
 def _logprobs_object(
-    entries: list[oai.LogprobEntry], params: SamplingParams, chat: bool
+    tokens: list[oai.LogprobEntry | None], params: SamplingParams, chat: bool
 ) -> dict[str, Any]:
+    entries = [e for e in tokens if e is not None]
     if chat:
         return oai.chat_logprobs(entries)
     return oai.completion_logprobs(entries, with_top=bool(params.logprobs))

@@ -16,6 +16,18 @@ from podserve.core.errors import InvalidInput
 
 FinishReason = Literal["stop", "length"]
 MAX_LOGPROBS = 20  # alternatives per token (OpenAI's top_logprobs limit, vLLM's default)
+# Choices per request (`n`): each is a sequence of its own in the engine, so a large n is
+# a large request; past this, send several requests.
+MAX_CHOICES = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """One finished choice of a non-streamed response."""
+
+    text: str
+    finish: str
+    logprobs: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +56,7 @@ class _Sampling(BaseModel):
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: int = 1
+    n: int = Field(1, ge=1, le=MAX_CHOICES)
     ignore_eos: bool = False  # vLLM's extension, used by benchmarks
 
     def stop_strings(self) -> tuple[str, ...]:
@@ -56,8 +68,7 @@ class _Sampling(BaseModel):
         return stops
 
     def check_supported(self) -> None:
-        if self.n != 1:
-            raise InvalidInput(f"'n'={self.n} is not supported; only n=1")
+        """Combinations the schema alone cannot refuse."""
 
     def logprob_count(self) -> int | None:
         """None: no log-probabilities; k: each token's and its k likeliest alternatives."""
@@ -110,7 +121,6 @@ class ChatRequest(_Sampling):
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
 
     def check_supported(self) -> None:
-        super().check_supported()
         if self.top_logprobs is not None and not self.logprobs:
             raise InvalidInput("'top_logprobs' requires 'logprobs': true")
 
@@ -189,34 +199,23 @@ def chat_logprobs(entries: list[LogprobEntry]) -> dict[str, Any]:
     }
 
 
-def completion_body(
-    rid: str,
-    model: str,
-    text: str,
-    finish: str,
-    use: dict[str, int],
-    logprobs: dict[str, Any] | None = None,
-) -> bytes:
+def completion_body(rid: str, model: str, choices: list[Choice], use: dict[str, int]) -> bytes:
     return orjson.dumps(
         {
             "id": rid,
             "object": "text_completion",
             "created": int(time.time()),
             "model": model,
-            "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}],
+            "choices": [
+                {"index": i, "text": c.text, "logprobs": c.logprobs, "finish_reason": c.finish}
+                for i, c in enumerate(choices)
+            ],
             "usage": use,
         }
     )
 
 
-def chat_body(
-    rid: str,
-    model: str,
-    text: str,
-    finish: str,
-    use: dict[str, int],
-    logprobs: dict[str, Any] | None = None,
-) -> bytes:
+def chat_body(rid: str, model: str, choices: list[Choice], use: dict[str, int]) -> bytes:
     return orjson.dumps(
         {
             "id": rid,
@@ -225,11 +224,12 @@ def chat_body(
             "model": model,
             "choices": [
                 {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": text},
-                    "logprobs": logprobs,
-                    "finish_reason": finish,
+                    "index": i,
+                    "message": {"role": "assistant", "content": c.text},
+                    "logprobs": c.logprobs,
+                    "finish_reason": c.finish,
                 }
+                for i, c in enumerate(choices)
             ],
             "usage": use,
         }
@@ -250,6 +250,7 @@ def completion_chunk(
     text: str,
     finish: str | None,
     logprobs: dict[str, Any] | None = None,
+    index: int = 0,
 ) -> bytes:
     return sse(
         {
@@ -257,7 +258,9 @@ def completion_chunk(
             "object": "text_completion",
             "created": created,
             "model": model,
-            "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}],
+            "choices": [
+                {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
+            ],
         }
     )
 
@@ -269,6 +272,7 @@ def chat_chunk(
     delta: dict[str, str],
     finish: str | None,
     logprobs: dict[str, Any] | None = None,
+    index: int = 0,
 ) -> bytes:
     return sse(
         {
@@ -277,7 +281,7 @@ def chat_chunk(
             "created": created,
             "model": model,
             "choices": [
-                {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+                {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
             ],
         }
     )
