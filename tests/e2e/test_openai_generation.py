@@ -4,6 +4,7 @@ server, with the openai SDK as the client (sync and async, streaming and not).""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -363,3 +364,44 @@ def test_server_wide_generation_limits_from_the_environment() -> None:
             extra_body={"ignore_eos": True},
         )
         assert ok.usage.completion_tokens == 4
+
+
+def test_triton_generate_extension(server: ServerProcess, client: openai.OpenAI) -> None:
+    body = {
+        "text_input": "The function returns",
+        # end_id: another backend's knob, ignored rather than refused
+        "parameters": {"max_tokens": 8, "temperature": 0, "ignore_eos": True, "end_id": 2},
+    }
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        whole = http.post("/v2/models/tiny/generate", json=body)
+        assert whole.status_code == 200, whole.text
+        answer = whole.json()
+        assert answer["model_name"] == "tiny"
+        assert answer["finish_reason"] == "length"
+        same = client.completions.create(
+            model="tiny",
+            prompt="The function returns",
+            max_tokens=8,
+            temperature=0,
+            extra_body={"ignore_eos": True},
+        )
+        assert answer["text_output"] == same.choices[0].text
+        with http.stream("POST", "/v2/models/tiny/generate_stream", json=body) as streamed:
+            assert streamed.status_code == 200
+            assert streamed.headers["content-type"].startswith("text/event-stream")
+            events = [
+                json.loads(line[len("data: ") :])
+                for line in streamed.iter_lines()
+                if line.startswith("data: ")
+            ]
+        assert "".join(e["text_output"] for e in events) == answer["text_output"]
+        assert events[-1]["finish_reason"] == "length"
+        assert all(e["finish_reason"] is None for e in events[:-1])
+        missing = http.post("/v2/models/tiny/generate", json={"parameters": {}})
+        assert missing.status_code == 400
+        assert "'text_input'" in missing.json()["error"]
+        unknown = http.post("/v2/models/nope/generate", json=body)
+        assert unknown.status_code == 404
+        wrong = http.post("/v2/models/iris/generate", json=body)
+        assert wrong.status_code == 400
+        assert "not a generative model" in wrong.json()["error"]

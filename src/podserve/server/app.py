@@ -28,6 +28,7 @@ from podserve.server.http import (
     send_response,
     send_streaming,
 )
+from podserve.server.routes_generate import GenerateRoutes
 from podserve.server.routes_health import HealthRoutes
 from podserve.server.routes_openai import OpenAIRoutes
 from podserve.server.routes_v2 import V2Routes
@@ -56,6 +57,7 @@ class App:
         self._max_body_bytes = settings.max_body_bytes
         health = HealthRoutes(dataplane)
         self._v2 = V2Routes(dataplane)
+        self._generate = GenerateRoutes(dataplane)
         probe = {
             "/startup": health.startup,
             "/healthz": health.live,
@@ -131,6 +133,14 @@ class App:
                 return {"GET": Route(self._v2.model_metadata)}, params, model
             if rest == ["ready"]:
                 return {"GET": Route(self._v2.model_ready)}, params, model
+            if rest == ["generate"]:
+                route = Route(self._generate.generate, inference=True, endpoint="v2.generate")
+                return {"POST": route}, params, model
+            if rest == ["generate_stream"]:
+                route = Route(
+                    self._generate.generate_stream, inference=True, endpoint="v2.generate_stream"
+                )
+                return {"POST": route}, params, model
             if rest == ["config"]:
                 return {"GET": Route(self._v2.model_config)}, params, model
             if rest == ["stats"]:

@@ -7,10 +7,10 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Any
 
-from podserve.core.errors import InferenceFailed, InvalidInput, PodserveError
+from podserve.core.errors import InvalidInput, PodserveError
 from podserve.dataplane.dataplane import DataPlane
 from podserve.dataplane.streams import GenerationStream
 from podserve.generation.sampling import SamplingParams
@@ -23,6 +23,7 @@ from podserve.protocol.openai import (
     encode_model_list,
 )
 from podserve.repository import ModelState
+from podserve.server import streams as streams_io
 from podserve.server.http import Request, Response, StreamingResponse
 
 
@@ -95,15 +96,16 @@ class OpenAIRoutes:
             return StreamingResponse(
                 200, self._sse(streams, parsed, rid, len(prompt_ids), chat, worker)
             )
-        tasks = [asyncio.ensure_future(_collect(s, worker)) for s in streams]
+        tasks = [asyncio.ensure_future(streams_io.collect(s)) for s in streams]
         try:
             results = await asyncio.gather(*tasks)
         finally:  # one choice failed, or the client left: end them all
-            await _close(streams, tasks)
+            await streams_io.close_all(streams, tasks)
         choices = []
-        for text, finish, entries in results:
+        for text, finish, tokens in results:
             logprobs = None
             if params.logprobs is not None:
+                entries = [_logprob_entry(worker, event) for event in tokens]
                 logprobs = _logprobs_object(entries, params, chat)
             choices.append(oai.Choice(text, finish, logprobs))
         use = oai.usage(len(prompt_ids), sum(len(tokens) for _, _, tokens in results))
@@ -124,7 +126,7 @@ class OpenAIRoutes:
         generated = 0
         with_top = bool(parsed.logprob_count())
         text_offsets = [0] * len(streams)
-        async with contextlib.aclosing(_merged(streams)) as events:
+        async with contextlib.aclosing(streams_io.merged(streams)) as events:
             if chat:
                 for index in range(len(streams)):
                     role = {"role": "assistant", "content": ""}
@@ -132,7 +134,9 @@ class OpenAIRoutes:
             try:
                 async for index, event in events:
                     generated += event.token_id is not None
-                    finish = _finish(event) if event.finish_reason is not None else None
+                    finish = (
+                        streams_io.finish_reason(event) if event.finish_reason is not None else None
+                    )
                     # One chunk per token, even when its text is empty (held back for a
                     # possible stop string, or half a UTF-8 character): clients time the
                     # first token, and streams keep a steady rhythm, as vLLM's do.
@@ -164,70 +168,6 @@ class OpenAIRoutes:
             obj = "chat.completion.chunk" if chat else "text_completion"
             yield oai.usage_chunk(rid, model, created, obj, oai.usage(prompt_tokens, generated))
         yield oai.SSE_DONE
-
-
-async def _collect(
-    stream: GenerationStream, worker: GenerativeWorker
-) -> tuple[str, str, list[oai.LogprobEntry | None]]:
-    """One choice: its text, finish reason, and per generated token its logprob entry
-    (None when not asked for)."""
-    parts: list[str] = []
-    tokens: list[oai.LogprobEntry | None] = []
-    finish = "stop"
-    async for event in stream:
-        parts.append(event.text)
-        if event.token_id is not None:
-            tokens.append(_logprob_entry(worker, event))
-        if event.finish_reason is not None:
-            finish = _finish(event)
-    return "".join(parts), finish, tokens
-
-
-async def _merged(
-    streams: list[GenerationStream],
-) -> AsyncGenerator[tuple[int, TokenEvent], None]:
-    """The events of every choice as they come, tagged with the choice's index. One
-    choice is read directly (the common case: no task, no queue per token)."""
-    if len(streams) == 1:
-        try:
-            async for event in streams[0]:
-                yield 0, event
-        finally:
-            await streams[0].aclose()
-        return
-    queue: asyncio.Queue[tuple[int, TokenEvent | BaseException | None]] = asyncio.Queue()
-
-    async def pump(index: int, stream: GenerationStream) -> None:
-        try:
-            async for event in stream:
-                queue.put_nowait((index, event))
-        except Exception as exc:  # handed to the reader, which ends every choice
-            queue.put_nowait((index, exc))
-        else:
-            queue.put_nowait((index, None))
-
-    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
-    try:
-        ended = 0
-        while ended < len(streams):
-            index, item = await queue.get()
-            if item is None:
-                ended += 1
-            elif isinstance(item, BaseException):
-                raise item
-            else:
-                yield index, item
-    finally:
-        await _close(streams, tasks)
-
-
-async def _close(streams: list[GenerationStream], tasks: Sequence[asyncio.Future[Any]]) -> None:
-    """Stop every choice's reader, then close every stream (aborting what still runs)."""
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    for stream in streams:
-        await stream.aclose()
 
 
 def _choices(params: SamplingParams, n: int) -> list[SamplingParams]:
@@ -274,10 +214,3 @@ def _logprobs_object(
     if chat:
         return oai.chat_logprobs(entries)
     return oai.completion_logprobs(entries, with_top=bool(params.logprobs))
-
-
-def _finish(event: TokenEvent) -> str:
-    if event.finish_reason in ("stop", "length"):
-        return event.finish_reason
-    # "abort" means the client left (nobody reads this); "error" ends the stream early.
-    raise InferenceFailed(f"generation ended with {event.finish_reason!r}")

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from podserve.core.errors import InvalidInput
+from podserve.protocol.json_body import parse_body
 
 FinishReason = Literal["stop", "length"]
 MAX_LOGPROBS = 20  # alternatives per token (OpenAI's top_logprobs limit, vLLM's default)
@@ -142,14 +143,7 @@ Request = TypeVar("Request", bound=_Sampling)
 
 
 def decode_request(body: bytes, schema: type[Request]) -> Request:
-    try:
-        parsed = schema.model_validate(orjson.loads(body))
-    except orjson.JSONDecodeError as exc:
-        raise InvalidInput(f"request body is not valid JSON: {exc}") from None
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "body"
-        raise InvalidInput(f"'{where}': {first['msg']}") from None
+    parsed = parse_body(body, schema)
     parsed.check_supported()
     return parsed
 

@@ -9,10 +9,11 @@ from typing import Any, Literal
 
 import numpy as np
 import orjson
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from podserve.core.errors import InvalidInput
 from podserve.core.tensors import Datatype, InferRequest, Tensor
+from podserve.protocol.json_body import parse_body
 
 MAX_INPUTS = 2048
 
@@ -42,14 +43,7 @@ class EmbeddingRequest(BaseModel):
 
 
 def decode_embedding_request(body: bytes) -> tuple[EmbeddingRequest, InferRequest]:
-    try:
-        parsed = EmbeddingRequest.model_validate(orjson.loads(body))
-    except orjson.JSONDecodeError as exc:
-        raise InvalidInput(f"request body is not valid JSON: {exc}") from None
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "body"
-        raise InvalidInput(f"'{where}': {first['msg']}") from None
+    parsed = parse_body(body, EmbeddingRequest)
     texts = parsed.texts()
     if parsed.dimensions is not None and parsed.dimensions < 1:
         raise InvalidInput("'dimensions' must be at least 1")

@@ -1,0 +1,68 @@
+"""Triton's generate extension (`POST /v2/models/{m}/generate` and `/generate_stream`):
+the request schema and the JSON and server-sent-event bodies of its responses.
+
+A request is `{"text_input": ..., "parameters": {...}}`; a response is
+`{"model_name", "model_version", "text_output", "finish_reason"}`, one for /generate,
+one per token for /generate_stream (`text_output` then holds the new text). Parameters
+podserve does not know (other backends' knobs such as `end_id` or `bad_words`) are
+ignored, so existing clients keep working; known ones are validated.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+
+from podserve.protocol.json_body import parse_body
+
+
+class GenerateParameters(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    max_tokens: int = Field(16, ge=1)
+    temperature: float = Field(1.0, ge=0, le=2)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    ignore_eos: bool = False
+
+    def stop_strings(self) -> tuple[str, ...]:
+        if self.stop is None:
+            return ()
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+
+class GenerateRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    text_input: str
+    parameters: GenerateParameters = Field(default_factory=GenerateParameters)
+
+
+def decode_generate_request(body: bytes) -> GenerateRequest:
+    return parse_body(body, GenerateRequest)
+
+
+def _response(model: str, version: str, text: str, finish: str | None) -> dict[str, Any]:
+    return {
+        "model_name": model,
+        "model_version": version,
+        "text_output": text,
+        "finish_reason": finish,
+    }
+
+
+def generate_body(model: str, version: str, text: str, finish: str) -> bytes:
+    return orjson.dumps(_response(model, version, text, finish))
+
+
+def generate_event(model: str, version: str, text: str, finish: str | None) -> bytes:
+    return b"data: " + orjson.dumps(_response(model, version, text, finish)) + b"\n\n"
+
+
+def generate_error_event(message: str) -> bytes:
+    """An error after the stream started: the status line is gone, so it is an event."""
+    return b"data: " + orjson.dumps({"error": message}) + b"\n\n"
