@@ -169,6 +169,8 @@ def test_triton_statistics_count_what_the_model_computed(
     assert after["execution_count"] - before["execution_count"] == 3
     assert after["last_inference"] > 0
     assert after["inference_stats"]["success"]["ns"] > before["inference_stats"]["success"]["ns"]
+    for phase in ("compute_input", "compute_infer", "compute_output"):  # timed apart
+        assert after["inference_stats"][phase]["ns"] > before["inference_stats"][phase]["ns"]
     sizes = {b["batch_size"]: b["compute_infer"]["count"] for b in after["batch_stats"]}
     assert sizes[2] >= 3
     everything = client.get_inference_statistics()["model_stats"]

@@ -3,7 +3,7 @@ fills them, the data plane returns them, and both edges encode them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from podserve.core.tensors import TensorSpec
 
@@ -39,7 +39,9 @@ class Duration:
 @dataclass(frozen=True, slots=True)
 class BatchStatistics:
     batch_size: int
-    compute_infer: Duration
+    compute_infer: Duration  # predict
+    compute_input: Duration = field(default_factory=Duration)  # preprocess
+    compute_output: Duration = field(default_factory=Duration)  # postprocess
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,5 +54,7 @@ class ModelStatistics:
     success: Duration
     fail: Duration
     queue: Duration
-    compute_infer: Duration
+    compute_infer: Duration  # predict
     batches: tuple[BatchStatistics, ...] = ()
+    compute_input: Duration = field(default_factory=Duration)  # preprocess
+    compute_output: Duration = field(default_factory=Duration)  # postprocess

@@ -43,7 +43,7 @@ from podserve.engine.executor import WorkerThreads
 from podserve.engine.stats import StatsRecorder
 from podserve.obs.metrics import ModelMetrics
 from podserve.runtimes.base import ModelAPI
-from podserve.runtimes.batch_call import Outcome, run_batch
+from podserve.runtimes.batch_call import Outcome, PhaseTimes, run_batch
 
 log = logging.getLogger("podserve.engine")
 
@@ -89,6 +89,7 @@ class _BatchRun:
     rows: int  # rows actually computed
     requests: int  # requests actually computed
     queue_s: float  # their waits before the batch started, summed
+    phases: PhaseTimes  # preprocess, predict, postprocess
 
 
 class ModelWorker:
@@ -342,7 +343,7 @@ class ModelWorker:
                     succeeded=len(done),
                     succeeded_rows=sum(p.rows for p in done),
                     queue_s=run.queue_s,
-                    compute_s=compute_s,
+                    phases_s=(run.phases.preprocess, run.phases.predict, run.phases.postprocess),
                 )
         self._drain_rate.record_completions(len(batch))
         device_failed = False
@@ -392,17 +393,20 @@ class ModelWorker:
             run.append(i)
             self._metrics.queue_wait.observe(started - pending.enqueued_s)
             queue_s += started - pending.enqueued_s
+        phases = PhaseTimes()
         if run:
             results = run_batch(
                 self.model,
                 [batch[i].request for i in run],
                 name=self.name,
                 on_error=self._count_error,
+                times=phases,
             )
             for i, outcome in zip(run, results, strict=True):
                 outcomes[i] = outcome
         rows = sum(batch[i].rows for i in run)
-        return _BatchRun(started, self._clock.now_s(), outcomes, rows, len(run), queue_s)
+        finished = self._clock.now_s()
+        return _BatchRun(started, finished, outcomes, rows, len(run), queue_s, phases)
 
     def _count_error(self, error: PodserveError) -> None:
         if isinstance(error, DeviceError):

@@ -9,9 +9,8 @@ What is counted:
   admission to their answer. Requests refused at admission (a full queue, a bad input)
   never reached the model and are not counted here; `/metrics` counts them by reason.
 - queue: per request that reached a model call, its wait from admission until the call.
-- compute_infer: per request that got a result, the duration of the call it was part of
-  (the whole call: preprocess, predict and postprocess; podserve does not time the three
-  apart, so compute_input and compute_output stay zero).
+- compute_input / compute_infer / compute_output: per request that got a result, the
+  preprocess / predict / postprocess time of the batch it was part of.
 - inference_count (rows) and execution_count (calls) count successes, as in Triton.
 - batch_stats: per batch size (in rows), the successful model calls and their duration.
 """
@@ -31,8 +30,10 @@ class StatsRecorder:
     _success: Duration = field(default_factory=Duration)
     _fail: Duration = field(default_factory=Duration)
     _queue: Duration = field(default_factory=Duration)
+    _input: Duration = field(default_factory=Duration)
     _compute: Duration = field(default_factory=Duration)
-    _batches: dict[int, Duration] = field(default_factory=dict)
+    _output: Duration = field(default_factory=Duration)
+    _batches: dict[int, tuple[Duration, Duration, Duration]] = field(default_factory=dict)
     _inferences: int = 0
     _executions: int = 0
     _last_ms: int = 0
@@ -48,11 +49,12 @@ class StatsRecorder:
         succeeded: int,
         succeeded_rows: int,
         queue_s: float,
-        compute_s: float,
+        phases_s: tuple[float, float, float],
     ) -> None:
         """One model call over `rows` rows from `started` requests, which waited `queue_s`
-        seconds in total before it started; `succeeded` of them (`succeeded_rows` rows)
-        got a result. As in Triton, inference and execution counts are successful ones."""
+        seconds in total before it started and then spent `phases_s` (preprocess,
+        predict, postprocess) in it; `succeeded` of them (`succeeded_rows` rows) got a
+        result. As in Triton, inference and execution counts are successful ones."""
         self._queue.count += started
         self._queue.ns += int(queue_s * 1e9)
         if not succeeded:
@@ -60,8 +62,13 @@ class StatsRecorder:
         self._inferences += succeeded_rows
         self._executions += 1
         self._last_ms = int(time.time() * 1000)
-        self._compute.add(compute_s, succeeded)
-        self._batches.setdefault(rows, Duration()).add(compute_s)
+        pre, predict, post = phases_s
+        self._input.add(pre, succeeded)
+        self._compute.add(predict, succeeded)
+        self._output.add(post, succeeded)
+        batch = self._batches.setdefault(rows, (Duration(), Duration(), Duration()))
+        for duration, seconds in zip(batch, phases_s, strict=True):
+            duration.add(seconds)
 
     def snapshot(self, name: str, version: str) -> ModelStatistics:
         def copy(d: Duration) -> Duration:
@@ -77,7 +84,10 @@ class StatsRecorder:
             fail=copy(self._fail),
             queue=copy(self._queue),
             compute_infer=copy(self._compute),
+            compute_input=copy(self._input),
+            compute_output=copy(self._output),
             batches=tuple(
-                BatchStatistics(size, copy(d)) for size, d in sorted(self._batches.items())
+                BatchStatistics(size, copy(infer), copy(pre), copy(post))
+                for size, (pre, infer, post) in sorted(self._batches.items())
             ),
         )

@@ -11,7 +11,9 @@ retried one at a time, so only the culprit gets the error. Synchronous and free 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,6 +26,16 @@ log = logging.getLogger("podserve.runtimes")
 Outcome = tuple[Tensor, ...] | PodserveError
 
 
+@dataclass(slots=True)
+class PhaseTimes:
+    """Seconds one batch spent in each step (Triton's compute_input / compute_infer /
+    compute_output), filled in by `run_batch` when given."""
+
+    preprocess: float = 0.0
+    predict: float = 0.0
+    postprocess: float = 0.0
+
+
 def run_batch(
     model: ModelAPI,
     requests: Sequence[InferRequest],
@@ -31,10 +43,14 @@ def run_batch(
     name: str,
     validate: bool = False,
     on_error: Callable[[PodserveError], None] | None = None,
+    times: PhaseTimes | None = None,
 ) -> list[Outcome]:
     """An outcome per request, in order. `validate` runs `model.validate` first (the
-    engine has already done it on the event loop); `on_error` sees every error made."""
+    engine has already done it on the event loop); `on_error` sees every error made;
+    `times` receives the seconds spent in each step."""
     outcomes: list[Outcome | None] = [None] * len(requests)
+    clock = time.perf_counter
+    phases = times if times is not None else PhaseTimes()
 
     def fail(index: int, exc: Exception, stage: str) -> None:
         error = _as_error(exc, stage, name)
@@ -43,12 +59,15 @@ def run_batch(
         outcomes[index] = error
 
     def finish(index: int, outputs: Payload) -> None:
+        started = clock()
         try:
             outcomes[index] = model.postprocess(outputs, requests[index])
         except Exception as exc:
             fail(index, exc, "postprocess")
+        phases.postprocess += clock() - started
 
     payloads: list[tuple[int, Payload]] = []
+    started = clock()
     for i, request in enumerate(requests):
         try:
             if validate:
@@ -56,24 +75,31 @@ def run_batch(
             payloads.append((i, model.preprocess(request)))
         except Exception as exc:
             fail(i, exc, "preprocess")
+    phases.preprocess += clock() - started
     if len(payloads) > 1 and model.supports_batching:
+        started = clock()
         try:
             split = predict_batch(model, [p for _, p in payloads])
         except Exception as exc:
+            phases.predict += clock() - started
             log.warning(
                 "batched predict failed; retrying requests one by one",
                 extra={"model": name, "batch": len(payloads), "error": str(exc)},
             )
         else:
+            phases.predict += clock() - started
             for (i, _), out in zip(payloads, split, strict=True):
                 finish(i, out)
             payloads = []
     for i, payload in payloads:
+        started = clock()
         try:
             out = model.predict(payload)
         except Exception as exc:
             fail(i, exc, "predict")
             continue
+        finally:
+            phases.predict += clock() - started
         finish(i, out)
     return [o if o is not None else InferenceFailed("no outcome") for o in outcomes]
 

@@ -88,18 +88,18 @@ def encode_model_statistics(stats: Iterable[ModelStatistics]) -> bytes:
                         "success": _duration(s.success),
                         "fail": _duration(s.fail),
                         "queue": _duration(s.queue),
-                        "compute_input": zero,
+                        "compute_input": _duration(s.compute_input),
                         "compute_infer": _duration(s.compute_infer),
-                        "compute_output": zero,
+                        "compute_output": _duration(s.compute_output),
                         "cache_hit": zero,
                         "cache_miss": zero,
                     },
                     "batch_stats": [
                         {
                             "batch_size": b.batch_size,
-                            "compute_input": zero,
+                            "compute_input": _duration(b.compute_input),
                             "compute_infer": _duration(b.compute_infer),
-                            "compute_output": zero,
+                            "compute_output": _duration(b.compute_output),
                         }
                         for b in s.batches
                     ],

@@ -77,18 +77,18 @@ def encode_model_statistics(stats: Iterable[ModelStatistics]) -> pb.ModelStatist
                     success=_duration(s.success),
                     fail=_duration(s.fail),
                     queue=_duration(s.queue),
-                    compute_input=pb.StatisticDuration(),
+                    compute_input=_duration(s.compute_input),
                     compute_infer=_duration(s.compute_infer),
-                    compute_output=pb.StatisticDuration(),
+                    compute_output=_duration(s.compute_output),
                     cache_hit=pb.StatisticDuration(),
                     cache_miss=pb.StatisticDuration(),
                 ),
                 batch_stats=[
                     pb.InferBatchStatistics(
                         batch_size=b.batch_size,
-                        compute_input=pb.StatisticDuration(),
+                        compute_input=_duration(b.compute_input),
                         compute_infer=_duration(b.compute_infer),
-                        compute_output=pb.StatisticDuration(),
+                        compute_output=_duration(b.compute_output),
                     )
                     for b in s.batches
                 ],
