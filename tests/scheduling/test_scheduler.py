@@ -259,6 +259,23 @@ def test_finish_reasons_and_kv_release() -> None:
     assert sched.get("eos") is None
 
 
+def test_samples_last_token_predicts_the_length_finish_of_update() -> None:
+    sched = Scheduler(
+        SchedulerConfig(max_num_seqs=2, max_num_batched_tokens=16, kv_cache_tokens=64)
+    )
+    sched.add(SequenceRequest("two", prompt_tokens=4, max_new_tokens=2))
+    predictions = []
+    finished: tuple[FinishedRequest, ...] = ()
+    while not finished:
+        out = sched.schedule()
+        predictions.append(sched.samples_last_token("two"))
+        finished = sched.update(
+            StepResult(tuple(SequenceOutput(c.request_id, 1, False) for c in out.chunks))
+        )
+    assert predictions == [False, True]  # the first token does not end it, the second does
+    assert sched.samples_last_token("two")  # gone
+
+
 def test_kv_pressure_preempts_the_newest_and_recompute_keeps_generated_tokens() -> None:
     sched = Scheduler(
         SchedulerConfig(

@@ -11,6 +11,7 @@ import asyncio
 from typing import Protocol
 
 from podserve.core.tensors import InferRequest, InferResponse
+from podserve.core.triton import ModelStatistics
 from podserve.dataplane.types import (
     HealthReport,
     ModelConfigView,
@@ -18,7 +19,6 @@ from podserve.dataplane.types import (
     RepositoryEntry,
     ServerMetadata,
 )
-from podserve.engine.stats import ModelStatistics
 
 
 class DataPlaneAPI(Protocol):

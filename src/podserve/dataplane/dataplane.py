@@ -23,6 +23,7 @@ from podserve.core.errors import (
     Unavailable,
 )
 from podserve.core.tensors import InferRequest, InferResponse
+from podserve.core.triton import ModelStatistics
 from podserve.dataplane import triton
 from podserve.dataplane.streams import GenerationStream
 from podserve.dataplane.types import (
@@ -32,7 +33,6 @@ from podserve.dataplane.types import (
     RepositoryEntry,
     ServerMetadata,
 )
-from podserve.engine.stats import ModelStatistics
 from podserve.generation.sampling import SamplingParams
 from podserve.generation.service import GenerativeWorker
 from podserve.lifecycle import Lifecycle
@@ -187,12 +187,11 @@ class DataPlane:
         self,
         worker: GenerativeWorker,
         prompt_ids: list[int],
-        params: SamplingParams | list[SamplingParams],
+        sequences: list[SamplingParams],
     ) -> list[GenerationStream]:
         """Admit one generation request of one or more sequences (OpenAI's `n`: one
         `SamplingParams` each), all or none, raising before any byte is sent; return a
         token stream per sequence. Each counts as in flight for the drain until closed."""
-        sequences = params if isinstance(params, list) else [params]
         if self.lifecycle.draining:
             self._reject(worker.name, "draining")
             raise Draining()

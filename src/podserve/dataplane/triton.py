@@ -7,9 +7,11 @@
 
 from __future__ import annotations
 
+from podserve.core.triton import ModelStatistics
 from podserve.dataplane.types import ModelConfigView
 from podserve.engine.model_worker import ModelWorker
-from podserve.engine.stats import ModelStatistics, StatsRecorder
+from podserve.engine.stats import StatsRecorder
+from podserve.generation.loading import GENERATIVE_RUNTIMES
 from podserve.generation.service import GenerativeWorker
 from podserve.repository import ModelEntry, ModelRepository, ModelState
 
@@ -26,7 +28,7 @@ def model_config(repository: ModelRepository, name: str, version: str | None) ->
         batches = worker.batching_enabled
     else:  # not loaded: what its model.yaml declares
         inputs, outputs = config.input_specs(), config.output_specs()
-        batches = config.batching.enabled and config.runtime != "transformers"
+        batches = config.batching.enabled and config.runtime not in GENERATIVE_RUNTIMES
     batching = config.batching
     return ModelConfigView(
         name=config.name,

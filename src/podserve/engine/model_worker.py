@@ -122,10 +122,9 @@ class ModelWorker:
             )
         )
         self._threads = WorkerThreads(config.name, config.instance_count, clock, loop)
-        self._outstanding = 0  # batches handed to threads and not completed: running + staged
         self._pending: dict[int, _Pending] = {}  # queued in the policy
         self._dispatched: dict[int, tuple[_Pending, _Batch]] = {}  # handed to a thread
-        self._batches: list[_Batch] = []  # handed to a thread: running or staged
+        self._batches: list[_Batch] = []  # handed to a thread, not completed: running + staged
         self._next_key = 0
         self._wake: asyncio.TimerHandle | None = None
         self._inflight = 0
@@ -266,7 +265,7 @@ class ModelWorker:
     # --- scheduling ------------------------------------------------------------------
     @property
     def _idle(self) -> int:
-        return max(0, self._threads.count - self._outstanding)
+        return max(0, self._threads.count - len(self._batches))
 
     def _pump(self) -> None:
         now = self._clock.now_s()
@@ -276,7 +275,7 @@ class ModelWorker:
                 break
             self._dispatch(keys, staged=False)
         # one staged batch per instance, and only one that waiting could not grow
-        while self._outstanding < 2 * self._threads.count:
+        while len(self._batches) < 2 * self._threads.count:
             keys = self._policy.next_full_batch()
             if keys is None:
                 break
@@ -296,7 +295,6 @@ class ModelWorker:
                 batch.append(pending)
         if not batch:
             return
-        self._outstanding += 1
         job = _Batch(batch, staged)
         for pending in batch:
             self._dispatched[pending.key] = (pending, job)
@@ -315,7 +313,6 @@ class ModelWorker:
             self._wake = self._loop.call_later(delay, self._pump)
 
     def _complete(self, job: _Batch, run: _BatchRun | None, error: BaseException | None) -> None:
-        self._outstanding -= 1
         self._batches.remove(job)
         batch = job.items
         for pending in batch:

@@ -270,10 +270,8 @@ class GenerationEngine:
                 delta = live.detokenizer.add(token)
                 delta_text, stopped = delta.text, delta.stopped
             sampled[request_id] = _Sampled(token, delta_text, stopped, logprob)
-            request = self.scheduler.get(request_id)
             # the scheduler's update ends a request that stopped or reached max_tokens
-            ends = request is None or request.generated_tokens + 1 >= request.max_new_tokens
-            if not stopped and not ends:
+            if not stopped and not self.scheduler.samples_last_token(request_id):
                 queued = self._queue_report(live)
                 live.stream.put(TokenEvent(token, delta_text, queued_s=queued, logprob=logprob))
 

@@ -111,6 +111,12 @@ class Scheduler:
     def has_unfinished(self) -> bool:
         return bool(self._requests)
 
+    def samples_last_token(self, request_id: str) -> bool:
+        """Whether the token sampled for this request in the step in flight reaches its
+        `max_new_tokens` (so `update` finishes it); True for a request that is gone."""
+        request = self._requests.get(request_id)
+        return request is None or request.generated_tokens + 1 >= request.max_new_tokens
+
     def get(self, request_id: str) -> SequenceRequest | None:
         """A request still in the scheduler (waiting or running); None once finished."""
         return self._requests.get(request_id)

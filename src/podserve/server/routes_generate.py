@@ -10,9 +10,7 @@ from collections.abc import AsyncIterator
 from podserve.core.errors import PodserveError
 from podserve.dataplane.dataplane import DataPlane
 from podserve.dataplane.streams import GenerationStream
-from podserve.generation.sampling import SamplingParams
 from podserve.protocol.v2.generate import (
-    GenerateRequest,
     decode_generate_request,
     generate_body,
     generate_error_event,
@@ -20,6 +18,7 @@ from podserve.protocol.v2.generate import (
 )
 from podserve.server import streams as streams_io
 from podserve.server.http import Request, Response, StreamingResponse
+from podserve.server.sampling import sampling_params
 
 
 class GenerateRoutes:
@@ -47,7 +46,8 @@ class GenerateRoutes:
         parsed = decode_generate_request(await request.body(self._max_body_bytes))
         worker = await self._dataplane.generative_worker(request.model)
         prompt_ids = worker.executor.encode_prompt(parsed.text_input)
-        (stream,) = self._dataplane.generate(worker, prompt_ids, _params(parsed))
+        params = sampling_params(parsed.parameters, max_tokens=parsed.parameters.max_tokens)
+        (stream,) = self._dataplane.generate(worker, prompt_ids, [params])
         return stream, worker.version
 
     async def _events(
@@ -63,16 +63,3 @@ class GenerateRoutes:
                         yield generate_event(model, version, event.text, finish)
             except PodserveError as exc:
                 yield generate_error_event(exc.message)
-
-
-def _params(parsed: GenerateRequest) -> SamplingParams:
-    p = parsed.parameters
-    return SamplingParams(
-        temperature=p.temperature,
-        top_p=p.top_p,
-        top_k=p.top_k,
-        seed=p.seed,
-        max_tokens=p.max_tokens,
-        stop=p.stop_strings(),
-        ignore_eos=p.ignore_eos,
-    )

@@ -25,6 +25,7 @@ from podserve.protocol.openai import (
 from podserve.repository import ModelState
 from podserve.server import streams as streams_io
 from podserve.server.http import Request, Response, StreamingResponse
+from podserve.server.sampling import sampling_params
 
 
 class OpenAIRoutes:
@@ -184,16 +185,7 @@ def _choices(params: SamplingParams, n: int) -> list[SamplingParams]:
 def _params(
     parsed: oai.CompletionRequest | oai.ChatRequest, max_tokens: int | None
 ) -> SamplingParams:
-    return SamplingParams(
-        temperature=parsed.temperature,
-        top_p=parsed.top_p,
-        top_k=parsed.top_k,
-        seed=parsed.seed,
-        max_tokens=max_tokens or 16,
-        stop=parsed.stop_strings(),
-        ignore_eos=parsed.ignore_eos,
-        logprobs=parsed.logprob_count(),
-    )
+    return sampling_params(parsed, max_tokens=max_tokens or 16, logprobs=parsed.logprob_count())
 
 
 def _logprob_entry(worker: GenerativeWorker, event: TokenEvent) -> oai.LogprobEntry | None:

@@ -38,7 +38,7 @@ async def merged(
         finally:
             await streams[0].aclose()
         return
-    queue: asyncio.Queue[tuple[int, TokenEvent | BaseException | None]] = asyncio.Queue()
+    queue: asyncio.Queue[tuple[int, TokenEvent | Exception | None]] = asyncio.Queue()
 
     async def pump(index: int, stream: GenerationStream) -> None:
         try:
@@ -56,7 +56,7 @@ async def merged(
             index, item = await queue.get()
             if item is None:
                 ended += 1
-            elif isinstance(item, BaseException):
+            elif isinstance(item, Exception):
                 raise item
             else:
                 yield index, item

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from podserve.core.errors import InvalidInput
 from podserve.protocol.json_body import parse_body
+from podserve.protocol.sampling import SamplingFields
 
 FinishReason = Literal["stop", "length"]
 MAX_LOGPROBS = 20  # alternatives per token (OpenAI's top_logprobs limit, vLLM's default)
@@ -45,25 +46,15 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class _Sampling(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
+class _Sampling(SamplingFields):
     model: str
     max_tokens: int | None = Field(None, ge=1)
-    temperature: float = Field(1.0, ge=0, le=2)
-    top_p: float = Field(1.0, gt=0, le=1)
-    top_k: int = Field(0, ge=0)  # an extension vLLM also accepts
-    seed: int | None = None
-    stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = Field(1, ge=1, le=MAX_CHOICES)
-    ignore_eos: bool = False  # vLLM's extension, used by benchmarks
 
     def stop_strings(self) -> tuple[str, ...]:
-        if self.stop is None:
-            return ()
-        stops = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+        stops = super().stop_strings()
         if len(stops) > 4:
             raise InvalidInput("'stop' takes at most 4 sequences")
         return stops

@@ -16,23 +16,11 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from podserve.protocol.json_body import parse_body
+from podserve.protocol.sampling import SamplingFields
 
 
-class GenerateParameters(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
+class GenerateParameters(SamplingFields):
     max_tokens: int = Field(16, ge=1)
-    temperature: float = Field(1.0, ge=0, le=2)
-    top_p: float = Field(1.0, gt=0, le=1)
-    top_k: int = Field(0, ge=0)
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    ignore_eos: bool = False
-
-    def stop_strings(self) -> tuple[str, ...]:
-        if self.stop is None:
-            return ()
-        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
 
 
 class GenerateRequest(BaseModel):

@@ -128,6 +128,12 @@ async def _status_on_error(
         await context.abort(status.code, status.details, status.trailing_metadata)
 
 
+def _deadline_s(context: Context) -> float | None:
+    """The client's gRPC deadline on the monotonic clock (None without one)."""
+    remaining_s = context.time_remaining()
+    return None if remaining_s is None else time.monotonic() + remaining_s
+
+
 def _metadata_value(context: Context, key: str) -> str | None:
     for item_key, value in context.invocation_metadata() or ():
         if item_key == key:
@@ -205,10 +211,8 @@ class InferenceServicer:
     ) -> pb.ModelInferResponse:
         request_id = accept_request_id(request.id or _metadata_value(context, "x-request-id"))
         async with _status_on_error(context, "ModelInfer", request_id):
-            remaining_s = context.time_remaining()
-            deadline_s = None if remaining_s is None else time.monotonic() + remaining_s
             infer_request = decode_infer_request(
-                request, request_id=request_id, deadline_s=deadline_s
+                request, request_id=request_id, deadline_s=_deadline_s(context)
             )
             disconnected = asyncio.Event()
             call = asyncio.ensure_future(
@@ -237,8 +241,7 @@ class InferenceServicer:
         REST or unary call's do."""
         answers: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
         disconnected = asyncio.Event()
-        remaining_s = context.time_remaining()
-        deadline_s = None if remaining_s is None else time.monotonic() + remaining_s
+        deadline_s = _deadline_s(context)
         stream_request_id = _metadata_value(context, "x-request-id")
 
         async def answer(request: pb.ModelInferRequest) -> None:
