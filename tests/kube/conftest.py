@@ -7,16 +7,15 @@ from collections.abc import Callable
 import pytest
 
 from podserve.cli.main import main
-from podserve.kube.validation import CrdCatalog, shared_crd_dir
-from tests.kube.paths import REPO_ROOT
+from podserve.kube.validation import CrdCatalog
 
 CliRunner = Callable[..., tuple[int, str, str]]
 
 
 @pytest.fixture(scope="session")
 def crd_catalog() -> CrdCatalog:
-    # A missing ../shared/crds fails loudly (CrdCatalog.load raises): never a silent skip.
-    return CrdCatalog.load(shared_crd_dir(REPO_ROOT))
+    # The CRDs shipped inside the package: what a user's `podserve` validates against.
+    return CrdCatalog.bundled()
 
 
 @pytest.fixture

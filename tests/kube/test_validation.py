@@ -7,6 +7,7 @@ import copy
 from pathlib import Path
 
 import pytest
+import yaml
 
 from podserve.core.errors import InvalidInput
 from podserve.kube.render import render
@@ -14,10 +15,9 @@ from podserve.kube.validation import (
     KUBERNETES_VERSIONS,
     CrdCatalog,
     is_builtin,
-    shared_crd_dir,
     validate_manifests,
 )
-from tests.kube.paths import EXAMPLES, REPO_ROOT, load_example
+from tests.kube.paths import EXAMPLES, load_example
 
 
 def test_at_least_three_minor_versions_bundled() -> None:
@@ -66,10 +66,63 @@ def test_unknown_custom_kind_is_a_problem(crd_catalog: CrdCatalog) -> None:
     assert "no CRD" in problems[0].message
 
 
-def test_missing_crd_directory_fails_clearly(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("PODSERVE_SHARED_DIR", str(tmp_path))
-    assert shared_crd_dir(REPO_ROOT) == tmp_path / "crds"
+def test_missing_crd_directory_fails_clearly(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput, match="does not exist"):
-        CrdCatalog.load(shared_crd_dir(REPO_ROOT))
+        CrdCatalog.load(tmp_path / "absent")
+    with pytest.raises(InvalidInput, match="no CRDs"):
+        CrdCatalog.load(tmp_path)
+
+
+def test_bundled_catalog_covers_every_custom_kind_podserve_renders() -> None:
+    kinds = {kind for (_, kind) in CrdCatalog.bundled().schemas}
+    assert {
+        "ScaledObject",
+        "TriggerAuthentication",
+        "PodMonitor",
+        "ServiceMonitor",
+        "PrometheusRule",
+        "HTTPRoute",
+        "InferencePool",
+    } <= kinds
+
+
+def test_extra_crd_directory_adds_kinds(tmp_path: Path) -> None:
+    widget = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "names": {"kind": "Widget", "plural": "widgets"},
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": {
+                                    "type": "object",
+                                    "properties": {"size": {"type": "integer"}},
+                                },
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    (tmp_path / "widgets.yaml").write_text(yaml.safe_dump(widget))
+    catalog = CrdCatalog.bundled([tmp_path])
+    good = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}
+    assert validate_manifests([{**good, "spec": {"size": 3}}], catalog) == []
+    problems = validate_manifests([{**good, "spec": {"size": "big"}}], catalog)
+    assert problems
+    assert "size" in problems[0].path
+    assert ("keda.sh/v1alpha1", "ScaledObject") in catalog.schemas

@@ -1,6 +1,8 @@
 """The numbers a ModelService implies, computed once so that probes, grace period, drain
-timeout, memory and autoscaler windows all follow from the same inputs (see
-../shared/reference/kubernetes-semantics.md §2, §3, §5, §1.5)."""
+timeout, memory and autoscaler windows all follow from the same inputs: probe budgets
+(https://kubernetes.io/docs/concepts/configuration/liveness-readiness-startup-probes/), pod
+termination (https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination)
+and HPA behavior (https://kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale/)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,12 @@
 """Schema validation of manifests, offline: built-in kinds against the Kubernetes OpenAPI
 schemas bundled with kubernetes-validate (strict: unknown fields are errors), custom
-resources against their CRD's openAPIV3Schema (kubernetes-validate only warns on those,
-kubernetes-semantics.md §9.5). CEL rules (x-kubernetes-validations) are not evaluated."""
+resources against their CRD's openAPIV3Schema (kubernetes-validate only warns on those).
+The CRDs ship inside the package (`podserve/kube/crds/`, upstream sources and licences in its
+SOURCES.md), so a plain install validates without anything beside it. CEL rules (x-kubernetes-validations) are not evaluated."""
 
 from __future__ import annotations
 
-import os
+import importlib.resources
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -38,13 +39,6 @@ def object_ref(manifest: Manifest) -> str:
     return f"{manifest.get('kind')}/{meta.get('name')}"
 
 
-def shared_crd_dir(repo_root: Path) -> Path:
-    """The CRDs sit beside the repository (`../shared/crds`), or under $PODSERVE_SHARED_DIR."""
-    override = os.environ.get("PODSERVE_SHARED_DIR")
-    base = Path(override) if override else repo_root.parent / "shared"
-    return base / "crds"
-
-
 def _strict(schema: Any) -> Any:
     """CRD schemas prune unknown fields instead of rejecting them; reject them here, so a
     typo in a rendered custom resource fails a test instead of vanishing at apply time."""
@@ -62,6 +56,23 @@ def _strict(schema: Any) -> Any:
     return result
 
 
+def _schemas_of(texts: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Mapping[str, Any]]:
+    schemas: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for source, text in texts:
+        for crd in yaml.safe_load_all(text):
+            if not isinstance(crd, dict) or crd.get("kind") != "CustomResourceDefinition":
+                continue
+            try:
+                group = crd["spec"]["group"]
+                kind = crd["spec"]["names"]["kind"]
+                for version in crd["spec"]["versions"]:
+                    schema = version["schema"]["openAPIV3Schema"]
+                    schemas[(f"{group}/{version['name']}", kind)] = _strict(schema)
+            except (KeyError, TypeError) as error:
+                raise InvalidInput(f"{source}: not a CRD with openAPIV3Schema ({error})") from None
+    return schemas
+
+
 @dataclass(frozen=True, slots=True)
 class CrdCatalog:
     """openAPIV3Schema per (apiVersion, kind), from a directory of CRD YAML files."""
@@ -69,20 +80,27 @@ class CrdCatalog:
     schemas: Mapping[tuple[str, str], Mapping[str, Any]]
 
     @classmethod
+    def bundled(cls, extra_dirs: Iterable[Path] = ()) -> CrdCatalog:
+        """The CRDs shipped inside the package (`podserve/kube/crds`, sources and licences in
+        its SOURCES.md), plus those in `extra_dirs`; a later file wins for the same kind."""
+        shipped = importlib.resources.files("podserve.kube") / "crds"
+        texts = [
+            (entry.name, entry.read_text(encoding="utf-8"))
+            for entry in sorted(shipped.iterdir(), key=lambda e: e.name)
+            if entry.name.endswith(".yaml")
+        ]
+        schemas = _schemas_of(texts)
+        for directory in extra_dirs:
+            schemas.update(cls.load(directory).schemas)
+        return cls(schemas)
+
+    @classmethod
     def load(cls, directory: Path) -> CrdCatalog:
+        """Only the CRDs in `directory` (every `*.yaml` / `*.yml` file)."""
         if not directory.is_dir():
-            raise InvalidInput(
-                f"CRD directory {directory} does not exist (expected ../shared/crds beside "
-                "the repository, or set PODSERVE_SHARED_DIR)"
-            )
-        schemas: dict[tuple[str, str], Mapping[str, Any]] = {}
-        for path in sorted(directory.glob("*.yaml")):
-            crd = yaml.safe_load(path.read_text())
-            group = crd["spec"]["group"]
-            kind = crd["spec"]["names"]["kind"]
-            for version in crd["spec"]["versions"]:
-                schema = version["schema"]["openAPIV3Schema"]
-                schemas[(f"{group}/{version['name']}", kind)] = _strict(schema)
+            raise InvalidInput(f"CRD directory {directory} does not exist")
+        paths = sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")])
+        schemas = _schemas_of([(str(path), path.read_text()) for path in paths])
         if not schemas:
             raise InvalidInput(f"no CRDs in {directory}")
         return cls(schemas)
@@ -121,8 +139,6 @@ def validate_custom(manifest: Manifest, catalog: CrdCatalog) -> list[SchemaProbl
 def _builtin_kinds(version: str) -> frozenset[tuple[str, str]]:
     """(kind, group-version) pairs kubernetes-validate has schemas for, from its file names
     `<kind>-<group>-<version>.json` (`deployment-apps-v1.json`, `service-v1.json`)."""
-    import importlib.resources
-
     root = importlib.resources.files("kubernetes_validate") / "kubernetes-json-schema"
     folder = next(p for p in root.iterdir() if p.name == f"v{version}.0-local-strict")
     pairs = set()
