@@ -2,7 +2,8 @@
 schemas bundled with kubernetes-validate (strict: unknown fields are errors), custom
 resources against their CRD's openAPIV3Schema (kubernetes-validate only warns on those).
 The CRDs ship inside the package (`podserve/kube/crds/`, upstream sources and licences in its
-SOURCES.md), so a plain install validates without anything beside it. CEL rules (x-kubernetes-validations) are not evaluated."""
+SOURCES.md), so a plain install validates without anything beside it.
+CEL rules (x-kubernetes-validations) are not evaluated here."""
 
 from __future__ import annotations
 
