@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import importlib.util
+import os
+import py_compile
 import sys
 from pathlib import Path
 
@@ -90,6 +93,34 @@ def test_reloading_picks_up_edited_code(tmp_path: Path) -> None:
     assert load_class_from_directory(tmp_path, "model:VERSION") == 1
     (tmp_path / "model.py").write_text(MODEL_SOURCE.format(version=2))
     assert load_class_from_directory(tmp_path, "model:VERSION") == 2
+
+
+def test_reload_ignores_bytecode_cached_for_the_same_size_and_second(tmp_path: Path) -> None:
+    """The edit a user makes within one second, to a file of the same size: CPython's
+    bytecode cache would match on (mtime in whole seconds, size) and serve the old code."""
+    source = tmp_path / "model.py"
+    source.write_text(MODEL_SOURCE.format(version=1))
+    stamp = source.stat().st_mtime_ns
+    assert load_class_from_directory(tmp_path, "model:VERSION") == 1
+    # A stale cache entry as CPython would write it, whatever our loader does.
+    py_compile.compile(str(source), cfile=importlib.util.cache_from_source(str(source)))
+    source.write_text(MODEL_SOURCE.format(version=2))
+    os.utime(source, ns=(stamp, stamp))
+    assert load_class_from_directory(tmp_path, "model:VERSION") == 2
+
+
+def test_reload_of_a_package_picks_up_an_edited_submodule(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("from .impl import VERSION\n")
+    impl = package / "impl.py"
+    impl.write_text("VERSION = 1\n")
+    stamp = impl.stat().st_mtime_ns
+    assert load_class_from_directory(tmp_path, "pkg:VERSION") == 1
+    py_compile.compile(str(impl), cfile=importlib.util.cache_from_source(str(impl)))
+    impl.write_text("VERSION = 2\n")
+    os.utime(impl, ns=(stamp, stamp))
+    assert load_class_from_directory(tmp_path, "pkg:VERSION") == 2
 
 
 def test_package_with_relative_import_and_dataclass(tmp_path: Path) -> None:

@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from podserve.core.errors import ModelLoadFailed
 
@@ -44,7 +47,8 @@ def import_model_class(path: str, directory: Path | None) -> object:
 def load_class_from_directory(directory: Path, path: str) -> object:
     """Import `module.py` (or `module/__init__.py`) from `directory` and return `Class`.
 
-    Each call executes the module afresh, so reloading a model picks up edited code.
+    Each call compiles and executes the module afresh from its source (no bytecode cache),
+    so reloading a model always picks up edited code.
     """
     module_name, attr = _split(path)
     file = _module_file(directory, module_name)
@@ -59,8 +63,13 @@ def load_class_from_directory(directory: Path, path: str) -> object:
     for name in [n for n in sys.modules if n == unique or n.startswith(unique + ".")]:
         del sys.modules[name]
     is_package = file.name == "__init__.py"
+    if is_package:
+        _import_fresh_from(file.parent)
     spec = importlib.util.spec_from_file_location(
-        unique, file, submodule_search_locations=[str(file.parent)] if is_package else None
+        unique,
+        file,
+        loader=FreshSourceLoader(unique, str(file)),
+        submodule_search_locations=[str(file.parent)] if is_package else None,
     )
     if spec is None or spec.loader is None:
         raise ModelLoadFailed(f"cannot import {file}: not a Python source file")
@@ -74,6 +83,31 @@ def load_class_from_directory(directory: Path, path: str) -> object:
         del sys.modules[unique]
         raise ModelLoadFailed(f"importing {file} failed: {type(exc).__name__}: {exc}") from exc
     return _attribute(module, str(file), attr)
+
+
+class FreshSourceLoader(importlib.machinery.SourceFileLoader):
+    """Compiles the source on every load and never reads or writes `__pycache__`.
+
+    CPython trusts a cached `.pyc` whose recorded source mtime (whole seconds) and size match
+    the file: code edited within the same second to the same length would silently run the
+    old bytecode after a reload. Without source stats, `SourceLoader.get_code` skips the
+    cache both ways (CPython Lib/importlib/_bootstrap_external.py, `get_code`).
+    """
+
+    def path_stats(self, path: str) -> Mapping[str, Any]:
+        raise OSError("podserve compiles model code from source on every load")
+
+
+def _import_fresh_from(package_dir: Path) -> None:
+    """Submodules of a model package (`from . import impl`) are found by the path finder
+    through `sys.path_importer_cache`: give each of the package's directories a new finder
+    (no stale directory listing) whose source loader is `FreshSourceLoader`."""
+    loader_details = (FreshSourceLoader, importlib.machinery.SOURCE_SUFFIXES)
+    directories = [package_dir, *(init.parent for init in package_dir.rglob("*/__init__.py"))]
+    for folder in directories:
+        sys.path_importer_cache[str(folder)] = importlib.machinery.FileFinder(
+            str(folder), loader_details
+        )
 
 
 def _split(path: str) -> tuple[str, str]:
