@@ -169,8 +169,11 @@ class ServerSettings(BaseSettings):
     )
     payload_log_redact: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="Tensor and parameter names whose values are replaced by [REDACTED] in "
-        "payload logs. In the environment: comma-separated.",
+        description="Fields whose values are replaced by [REDACTED] in payload logs, "
+        "case-insensitive, in tensor names, request parameters at any depth and JSON records "
+        "inside BYTES tensors: a name (`ssn`: that key at any depth), a dotted path from the "
+        "root (`customer.ssn`; list elements add no segment), globs (`*token*`, `*.card.number`) "
+        "or `re:<regex>` searched in the dotted path. In the environment: comma-separated.",
     )
     payload_log_buffer_records: int = Field(
         1024,
@@ -198,7 +201,13 @@ class ServerSettings(BaseSettings):
     @classmethod
     def _split_names(cls, value: Any) -> Any:
         if isinstance(value, str):
-            return [v.strip() for v in value.split(",") if v.strip()]
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        for pattern in value if isinstance(value, list) else ():
+            if isinstance(pattern, str) and pattern.strip().startswith("re:"):
+                try:  # fail at startup, not on the payload writer thread
+                    re.compile(pattern.strip()[3:])
+                except re.error as exc:
+                    raise ValueError(f"redaction pattern {pattern!r}: {exc}") from exc
         return value
 
     @model_validator(mode="after")

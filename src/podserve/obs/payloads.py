@@ -15,17 +15,16 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
-from podserve.core.tensors import InferRequest, InferResponse, Tensor
+from podserve.core.tensors import Datatype, InferRequest, InferResponse, Tensor
+from podserve.obs.redaction import REDACTED, Redactor
 
 log = logging.getLogger("podserve.payloads")
-
-REDACTED = "[REDACTED]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,14 +53,15 @@ class PayloadLogger:
         *,
         sinks: Sequence[PayloadSink],
         sample_rate: float,
-        redact: frozenset[str] = frozenset(),
+        redact: Iterable[str] = (),
         buffer_records: int = 1024,
         batch_records: int = 64,
         count: Counter | None = None,
     ) -> None:
         self._sinks = list(sinks)
         self._sample_rate = sample_rate
-        self._redact = redact
+        # Patterns (see obs/redaction.py): names at any depth, dotted paths, globs, `re:`.
+        self._redact = Redactor(redact)
         self._buffer: collections.deque[PayloadRecord] = collections.deque()
         self._capacity = buffer_records
         self._batch = batch_records
@@ -135,23 +135,28 @@ class PayloadLogger:
                 "version": response.model_version,
                 "request_id": record.request_id,
                 "endpoint": record.endpoint,
-                "parameters": self._redacted_mapping(dict(request.parameters)),
+                "parameters": self._redact.redact(dict(request.parameters)),
                 "inputs": [self._tensor(t) for t in request.inputs],
                 "outputs": [self._tensor(t) for t in response.outputs],
             },
         }
 
     def _tensor(self, tensor: Tensor) -> dict[str, Any]:
-        data: Any = REDACTED if tensor.name in self._redact else _json_data(tensor.data)
+        data: Any
+        if self._redact.matches((tensor.name,)):
+            data = REDACTED
+        else:
+            data = _json_data(tensor.data)
+            if tensor.datatype is Datatype.BYTES and self._redact:
+                # A BYTES element often carries a whole JSON record; its fields are
+                # named from that record's root (`customer.ssn`).
+                data = [self._redact.redact_json_text(v) if isinstance(v, str) else v for v in data]
         return {
             "name": tensor.name,
             "datatype": tensor.datatype.value,
             "shape": list(tensor.shape),
             "data": data,
         }
-
-    def _redacted_mapping(self, values: dict[str, Any]) -> dict[str, Any]:
-        return {k: REDACTED if k in self._redact else v for k, v in values.items()}
 
 
 def _json_data(array: np.ndarray[Any, Any]) -> Any:
