@@ -7,6 +7,8 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -245,7 +247,46 @@ def test_changed_model_is_caught_as_a_regression(
     code, _, err = run_cli(capsys, str(suite), "--url", changed.url, "--min-pass-ratio", "0.9")
     assert code == 1
     assert "pass ratio 66.7% is below --min-pass-ratio 90.0%" in err
-    assert run_cli(capsys, str(suite), "--url", changed.url)[0] == 0
+    # Without either gate, any failed case fails the run (a CronJob must not report
+    # success while cases fail); --min-pass-ratio 0 asks for a report only.
+    code, out, err = run_cli(capsys, str(suite), "--url", changed.url)
+    assert code == 1, out + err
+    assert "2 of 6 case(s) failed (sentiment-praise, sentiment-complaint)" in err
+    assert run_cli(capsys, str(suite), "--url", changed.url, "--min-pass-ratio", "0")[0] == 0
+    # A baseline alone decides: a drop within --max-drop passes though cases fail.
+    code, _, err = run_cli(
+        capsys, str(suite), "--url", changed.url, "--baseline", str(baseline), "--max-drop", "1"
+    )
+    assert code == 0, err
+
+
+def test_the_installed_command_exits_non_zero_when_every_case_fails(
+    good: ServerProcess, tmp_path: Path
+) -> None:
+    """The issue's case, through the `podserve` process a CronJob runs: 0/3 passed."""
+    wrong = tmp_path / "wrong.jsonl"
+    wrong.write_bytes(
+        b"\n".join(
+            orjson.dumps(
+                {
+                    "id": f"iris-{i}",
+                    "model": "iris",
+                    "inputs": {"features": [5.1, 3.5, 1.4, 0.2]},
+                    "expect": [{"kind": "exact", "output": "label", "value": 2}],
+                }
+            )
+            for i in range(3)
+        )
+    )
+    command = [sys.executable, "-m", "podserve.cli.main", "eval", str(wrong), "--url", good.url]
+    failed = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert "0/3 cases passed" in failed.stdout
+    assert "3 of 3 case(s) failed" in failed.stderr
+    report_only = subprocess.run(
+        [*command, "--min-pass-ratio", "0"], capture_output=True, text=True, timeout=120
+    )
+    assert report_only.returncode == 0, report_only.stderr
 
 
 def test_unreachable_endpoint_and_bad_suites(

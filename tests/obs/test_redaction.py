@@ -29,7 +29,7 @@ def _nested() -> dict[str, Any]:
             {"name": "Bob", "ssn": PII},
             {"name": "Cy", "card": {"Number": "4111", "expiry": "01/30"}},
         ],
-        "timeout": 1,
+        "bucket": 1,
     }
 
 
@@ -39,7 +39,7 @@ def test_a_bare_name_matches_at_any_depth_in_any_case() -> None:
     assert out["customer"]["ssn"] == REDACTED
     assert out["household"][0] == {"name": "Bob", "ssn": REDACTED}
     assert out["customer"]["name"] == "Ada"
-    assert out["timeout"] == 1
+    assert out["bucket"] == 1
     assert PII not in json.dumps(out)
 
 

@@ -1,8 +1,9 @@
 """`podserve eval`: run a golden set against a deployed endpoint, compare with a baseline,
 export the pass ratios to Prometheus.
 
-Exit codes: 0 pass; 1 regression against the baseline (or a pass ratio below
---min-pass-ratio); 2 usage or suite error; 3 the endpoint (or the Pushgateway) unreachable."""
+Exit codes: 0 pass; 1 a gate failed: a regression against --baseline, a pass ratio below
+--min-pass-ratio, or, when neither is given, any failed case; 2 usage or suite error; 3 the
+endpoint (or the Pushgateway) unreachable."""
 
 from __future__ import annotations
 
@@ -77,7 +78,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="any case that passed in the baseline and fails now is a regression",
     )
     gates.add_argument(
-        "--min-pass-ratio", type=_fraction, help="fail when the overall pass ratio is below"
+        "--min-pass-ratio",
+        type=_fraction,
+        help="fail when the overall pass ratio is below (0: report only). Without this or "
+        "--baseline, any failed case fails the run",
     )
     out = parser.add_argument_group("output")
     out.add_argument("--format", choices=["text", "json", "markdown"], default="text")
@@ -113,15 +117,15 @@ def _export(args: argparse.Namespace, result: RunResult) -> str | None:
 def _verdict(
     args: argparse.Namespace, result: RunResult, comparison: Comparison | None
 ) -> tuple[int, list[str]]:
-    problems = []
-    if args.min_pass_ratio is not None and result.pass_ratio < args.min_pass_ratio:
-        problems.append(
-            f"pass ratio {result.pass_ratio:.1%} is below --min-pass-ratio "
-            f"{args.min_pass_ratio:.1%}"
-        )
-    if comparison is not None and comparison.regressed:
-        problems.append("regression against the baseline " + str(args.baseline))
-    return (EXIT_REGRESSION if problems else EXIT_PASS), problems
+    from podserve.evaluation import gate
+
+    verdict = gate(
+        result,
+        comparison,
+        min_pass_ratio=args.min_pass_ratio,
+        baseline_name=f"the baseline {args.baseline}",
+    )
+    return (EXIT_PASS if verdict.passed else EXIT_REGRESSION), list(verdict.problems)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ it can evaluate any server that speaks the Open Inference Protocol or the OpenAI
 
 from podserve.evaluation.baseline import Comparison, compare, load_baseline, save_baseline
 from podserve.evaluation.checks import Verdict, contains, cosine, exact, json_schema, numeric, regex
+from podserve.evaluation.gate import GateResult, gate
 from podserve.evaluation.prom import push, registry_of, write_textfile
 from podserve.evaluation.report import to_json, to_markdown, to_text
 from podserve.evaluation.results import CaseResult, Ratio, RunResult
@@ -22,6 +23,7 @@ __all__ = [
     "Case",
     "CaseResult",
     "Comparison",
+    "GateResult",
     "HttpReply",
     "HttpxTransport",
     "Ratio",
@@ -34,6 +36,7 @@ __all__ = [
     "contains",
     "cosine",
     "exact",
+    "gate",
     "json_schema",
     "load_baseline",
     "numeric",
