@@ -10,6 +10,8 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from pydantic.fields import FieldInfo
+
 from podserve.config.settings import DEFAULT_SETTINGS_FILE, ServerSettings
 
 
@@ -34,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         env = f"PODSERVE_{name.upper()}"
         # argparse %-formats help strings: a literal % in a description must be doubled
         description = (field.description or "").replace("%", "%%")
-        help_text = f"{description} [env {env}; default {field.default!r}]"
+        help_text = f"{description} [env {env}; default {_default_text(field)}]"
         kind = _scalar_type(field.annotation)
         if name == "models":
             parser.add_argument(
@@ -58,6 +60,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                 flag, dest=name, default=argparse.SUPPRESS, help=help_text, metavar=name.upper()
             )
     parser.set_defaults(run=_run)
+
+
+def _default_text(field: FieldInfo) -> str:
+    """The default as a user reads it. `field.default` is pydantic's `PydanticUndefined`
+    sentinel for required fields and fields with a `default_factory`, which --help printed
+    verbatim (issue 15)."""
+    if field.is_required():
+        return "required"
+    if field.default_factory is not None:
+        # Our factories take no argument (`list`, `dict`); a validated-data factory would
+        # need the other fields, which --help does not have.
+        return repr(field.get_default(call_default_factory=True, validated_data={}))
+    return repr(field.default)
 
 
 def _scalar_type(annotation: Any) -> Any:
