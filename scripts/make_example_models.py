@@ -16,6 +16,9 @@ artefacts predict.
   wide-mlp/      a compute-heavy ONNX MLP 256 -> 2048 -> 2048 -> 16 with seeded weights,
                  where batching pays off
   sentiment/     bring-your-own-code: model.py (hand-written) + weights.npy trained here
+  simple/        Triton's `simple` for tritonclient's examples: model.py (hand-written),
+                 INT32 INPUT0, INPUT1 [-1, 16] -> OUTPUT0 = sum, OUTPUT1 = difference
+  simple_string/ the same code on BYTES (integers written as text), Triton's `simple_string`
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "examples" / "models"
 SENTIMENT_SOURCE = DEFAULT_OUT / "sentiment" / "model.py"
+SIMPLE_SOURCE = DEFAULT_OUT / "simple" / "model.py"
 SEED = 20240601
 # Oldest IR/opset that has every operator used: loadable by onnxruntime >= 1.14.
 ONNX_IR_VERSION = 8
@@ -50,6 +54,7 @@ def build_all(out: Path) -> list[Path]:
         build_mlp,
         build_wide_mlp,
         build_sentiment,
+        build_simple,
     ]
     written: list[Path] = []
     for build in builders:
@@ -428,6 +433,48 @@ def build_sentiment(out: Path) -> list[Path]:
         weights_path,
         _write_text(directory / "model.yaml", SENTIMENT_YAML),
     ]
+
+
+# --- simple and simple_string (Triton's client examples) --------------------------------
+SIMPLE_YAML = """\
+# Triton's `{name}` example model, for tritonclient's example programs: OUTPUT0 is
+# INPUT0 + INPUT1 and OUTPUT1 is INPUT0 - INPUT1{note}. The code is model.py.
+# Regenerate with: python scripts/make_example_models.py
+name: {name}
+runtime: custom
+model_class: "model:SimpleModel"
+inputs:
+  - name: INPUT0
+    datatype: {datatype}
+    shape: [-1, 16]
+  - name: INPUT1
+    datatype: {datatype}
+    shape: [-1, 16]
+outputs:
+  - name: OUTPUT0
+    datatype: {datatype}
+    shape: [-1, 16]
+  - name: OUTPUT1
+    datatype: {datatype}
+    shape: [-1, 16]
+batching:
+  max_batch_size: 8
+"""
+
+
+def build_simple(out: Path) -> list[Path]:
+    """No training: one hand-written model.py, copied into both directories."""
+    written: list[Path] = []
+    for name, datatype, note in (
+        ("simple", "INT32", ""),
+        ("simple_string", "BYTES", ",\n# every element an integer written as text"),
+    ):
+        directory = _fresh_dir(out / name, keep=("model.py",) if name == "simple" else ())
+        if directory / "model.py" != SIMPLE_SOURCE:
+            shutil.copyfile(SIMPLE_SOURCE, directory / "model.py")
+        text = SIMPLE_YAML.format(name=name, datatype=datatype, note=note)
+        written += [directory / "model.py", _write_text(directory / "model.yaml", text)]
+    return written
 
 
 # --- helpers ---------------------------------------------------------------------------
