@@ -84,6 +84,12 @@ def register(subparsers: Any) -> None:
         help="copy a local path into the cache instead of serving it in place",
     )
     parser.add_argument(
+        "--verify-hit",
+        action="store_true",
+        help="re-hash a pinned cache hit against its digest before using it (for a node "
+        "cache other pods can write to, e.g. a hostPath)",
+    )
+    parser.add_argument(
         "--timeout-s",
         type=float,
         default=60.0,
@@ -144,6 +150,7 @@ def _run(args: argparse.Namespace) -> int:
             sources=sources,
             copy_local=args.copy_local,
             max_cache_bytes=max_cache_bytes,
+            verify_hit=args.verify_hit,
         )
     except InvalidModelURI as exc:
         code, message = EXIT_USAGE, exc.message

@@ -46,13 +46,16 @@ def fetch_model(
     copy_local: bool = False,
     max_cache_bytes: int | None = None,
     fetchers: Mapping[Scheme, Fetcher] | None = None,
+    verify_hit: bool = False,
 ) -> FetchResult:
     """The verified local copy of `uri`, holding its in-use lease. Synchronous: the
     server runs it in a worker thread.
 
     `digest` pins the model as `...@sha256:<hex>` in the URI does; `copy_local` puts a
     local path through the cache too; `max_cache_bytes` bounds the cache (LRU eviction of
-    entries not in use); `fetchers` replaces the per-scheme fetchers (tests, new schemes).
+    entries not in use); `verify_hit` re-hashes a pinned hit against its digest (a
+    shared node cache any pod can write to); `fetchers` replaces the per-scheme fetchers
+    (tests, new schemes).
     """
     parsed = uri if isinstance(uri, ModelURI) else parse_model_uri(uri, digest=digest)
     if isinstance(uri, ModelURI) and digest is not None:
@@ -66,14 +69,15 @@ def fetch_model(
     lease = cache.use_lock(key.name)
     lease.acquire()
     try:
-        entry = _checked_hit(cache, key.name, report)
+        against = key.pinned if verify_hit else None
+        entry = _checked_hit(cache, key.name, report, against=against)
         from_cache = entry is not None
         if entry is None:
             table = (
                 fetchers if fetchers is not None else default_fetchers(sources or SourceOptions())
             )
             entry, from_cache = _fetch_locked(
-                cache, key, parsed, _fetcher_for(table, parsed.scheme), report
+                cache, key, parsed, _fetcher_for(table, parsed.scheme), report, against
             )
         cache.touch(key.name)
         if max_cache_bytes is not None:
@@ -96,13 +100,17 @@ def _serve_in_place(uri: ModelURI, report: Progress) -> FetchResult:
     return FetchResult(path, manifest.digest, False, None)
 
 
-def _checked_hit(cache: ModelCache, key: str, report: Progress) -> CachedEntry | None:
+def _checked_hit(
+    cache: ModelCache, key: str, report: Progress, *, against: Digest | None = None
+) -> CachedEntry | None:
     """The published entry if it still holds what its manifest says, else None.
 
     A pinned entry was verified against its content address before it was published, so
     a hit checks file names and sizes only (catching truncation without re-reading
     gigabytes). An unpinned entry has nothing but its own manifest to answer to, so it is
-    re-hashed in full against it.
+    re-hashed in full against it. With `against` (fetch --verify-hit) a pinned hit is
+    re-hashed against the pinned digest itself, not its manifest: on a shared node path
+    both could have been rewritten.
     """
     try:
         entry = cache.lookup(key)
@@ -110,6 +118,12 @@ def _checked_hit(cache: ModelCache, key: str, report: Progress) -> CachedEntry |
         return None
     if entry is None:
         return None
+    if entry.pinned and against is not None:
+        report.phase(Phase.VERIFYING, f"{entry.path} (re-hashing a shared cache hit)")
+        try:
+            return entry if compute_manifest(entry.path).digest == against else None
+        except (OSError, ModelNotFoundAtSource):
+            return None
     if entry.pinned:
         return entry if sizes_match(entry.path, entry.manifest) else None
     report.phase(Phase.VERIFYING, f"{entry.path} (unpinned: re-hashing)")
@@ -120,7 +134,12 @@ def _checked_hit(cache: ModelCache, key: str, report: Progress) -> CachedEntry |
 
 
 def _fetch_locked(
-    cache: ModelCache, key: CacheKey, uri: ModelURI, fetcher: Fetcher, report: Progress
+    cache: ModelCache,
+    key: CacheKey,
+    uri: ModelURI,
+    fetcher: Fetcher,
+    report: Progress,
+    against: Digest | None = None,
 ) -> tuple[CachedEntry, bool]:
     lock = cache.fetch_lock(key.name)
     if not lock.acquire(blocking=False):
@@ -128,7 +147,7 @@ def _fetch_locked(
         lock.acquire()
     with lock:
         # Whoever held the lock may have published it meanwhile.
-        entry = _checked_hit(cache, key.name, report)
+        entry = _checked_hit(cache, key.name, report, against=against)
         if entry is not None:
             report.phase(Phase.CACHE_HIT, str(entry.path))
             return entry, True
