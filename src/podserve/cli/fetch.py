@@ -39,7 +39,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "uri",
         metavar="URI",
-        help="path, file://, http(s)://, s3://bucket/key or hf://org/name@rev; "
+        help="path, file://, http(s)://, s3://bucket/key, hf://org/name@rev, "
+        "models:/name/version, models:/name@alias or runs:/run_id/path (MLflow); "
         "a trailing @sha256:<hex> pins the digest",
     )
     parser.add_argument(
@@ -66,6 +67,12 @@ def register(subparsers: Any) -> None:
         default=os.environ.get("PODSERVE_S3_ENDPOINT_URL"),
         help="S3-compatible endpoint (env PODSERVE_S3_ENDPOINT_URL; "
         "default: boto3's own, e.g. AWS_ENDPOINT_URL)",
+    )
+    parser.add_argument(
+        "--mlflow-uri",
+        default=os.environ.get("MLFLOW_TRACKING_URI"),
+        help="MLflow tracking server for models:/ and runs:/ URIs (env MLFLOW_TRACKING_URI; "
+        "a bearer token from MLFLOW_TRACKING_TOKEN)",
     )
     parser.add_argument(
         "--hf-cache-dir",
@@ -138,6 +145,8 @@ def _run(args: argparse.Namespace) -> int:
         hf_cache_dir=args.hf_cache_dir,
         hf_offline=args.hf_offline,
         timeout_s=args.timeout_s,
+        mlflow_tracking_uri=args.mlflow_uri,
+        mlflow_token=os.environ.get("MLFLOW_TRACKING_TOKEN"),
     )
     code = EXIT_OK
     fields: dict[str, object] = {}

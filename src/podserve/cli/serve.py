@@ -59,6 +59,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             parser.add_argument(
                 flag, dest=name, default=argparse.SUPPRESS, help=help_text, metavar=name.upper()
             )
+    parser.add_argument(
+        "--mlflow-uri",
+        default=argparse.SUPPRESS,
+        help="MLflow tracking server for models:/ and runs:/ model URIs; sets "
+        "MLFLOW_TRACKING_URI for this process (a token comes from MLFLOW_TRACKING_TOKEN)",
+    )
     parser.set_defaults(run=_run)
 
 
@@ -110,6 +116,8 @@ def _run(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         print(f"podserve serve: invalid settings:\n{exc}", file=sys.stderr)
         return 2
+    if mlflow_uri := getattr(args, "mlflow_uri", None):
+        os.environ["MLFLOW_TRACKING_URI"] = mlflow_uri  # read by storage's MLflow fetcher
     configure_logging(settings.log_format, settings.log_level)
     sys.setswitchinterval(settings.gil_switch_interval_ms / 1000)
     from podserve.server.runner import serve

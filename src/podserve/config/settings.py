@@ -41,6 +41,8 @@ class ModelRef(BaseModel):
 
     @property
     def is_remote(self) -> bool:
+        if self.source.startswith(("models:/", "runs:/")):  # MLflow's one-slash URIs
+            return True
         return "://" in self.source and not self.source.startswith("file://")
 
     @property

@@ -18,6 +18,7 @@ from pathlib import Path
 from podserve.config.model_config import MODEL_CONFIG_FILENAME, ModelConfig, load_model_config
 from podserve.config.settings import ModelRef
 from podserve.core.errors import InvalidInput
+from podserve.storage.mlflow_model import is_mlflow_model, read_mlmodel
 
 # A model named by URI whose runtime is not given is resolved after fetching.
 AUTO_RUNTIME = "auto"
@@ -78,7 +79,10 @@ def resolve_fetched(provisional: ModelConfig, local: Path) -> ModelConfig:
     """The real config of a model fetched from `provisional.source_uri` into `local`."""
     runtime = None if provisional.runtime == AUTO_RUNTIME else provisional.runtime
     ref = ModelRef(name=provisional.name, source=str(local), runtime=runtime)
-    if local.is_dir() and not (local / MODEL_CONFIG_FILENAME).is_file():
+    if is_mlflow_model(local):  # models:/ and runs:/ sources: MLmodel names flavor and file
+        flavor = read_mlmodel(local, runtime=runtime)
+        ref = ModelRef(name=provisional.name, source=str(flavor.artifact), runtime=flavor.runtime)
+    elif local.is_dir() and not (local / MODEL_CONFIG_FILENAME).is_file():
         files = [f for f in local.iterdir() if f.is_file() and not f.name.startswith(".")]
         if len(files) != 1:
             raise InvalidInput(

@@ -18,7 +18,13 @@ from pathlib import Path
 from podserve.storage.cache import CachedEntry, CacheKey, ModelCache, key_for
 from podserve.storage.digest import Digest, compute_manifest, sizes_match, verify
 from podserve.storage.errors import CacheCorrupted, DigestMismatch, ModelNotFoundAtSource
-from podserve.storage.fetchers import Fetcher, SourceOptions, StagingArea, default_fetchers
+from podserve.storage.fetchers import (
+    Fetcher,
+    SourceOptions,
+    StagingArea,
+    default_fetchers,
+    resolve_source,
+)
 from podserve.storage.fetchers import fetcher_for as _fetcher_for
 from podserve.storage.locks import FileLock
 from podserve.storage.progress import NullProgress, Phase, Progress
@@ -64,6 +70,9 @@ def fetch_model(
     if parsed.is_local and not copy_local:
         return _serve_in_place(parsed, report)
 
+    table = fetchers if fetchers is not None else default_fetchers(sources or SourceOptions())
+    # A registry alias names a moving target: key the cache by the version it names now.
+    parsed = resolve_source(table, parsed)
     cache = ModelCache(cache_dir)
     key = key_for(parsed)
     lease = cache.use_lock(key.name)
@@ -73,9 +82,6 @@ def fetch_model(
         entry = _checked_hit(cache, key.name, report, against=against)
         from_cache = entry is not None
         if entry is None:
-            table = (
-                fetchers if fetchers is not None else default_fetchers(sources or SourceOptions())
-            )
             entry, from_cache = _fetch_locked(
                 cache, key, parsed, _fetcher_for(table, parsed.scheme), report, against
             )

@@ -7,6 +7,8 @@ Accepted forms (a trailing `@sha256:<64 hex>` pins the digest on any of them):
     s3://bucket/key-or-prefix                   one object, or every object under prefix/
     hf://org/name[@revision]                    a Hugging Face repository snapshot
     gs://bucket/prefix                          parsed, but fetched only through s3:// (see docs)
+    models:/name/version  models:/name@alias    an MLflow registry version (fetchers/mlflow.py)
+    runs:/run_id/path                           an MLflow run's artifacts
 """
 
 from __future__ import annotations
@@ -21,12 +23,15 @@ from urllib.parse import unquote, urlsplit
 
 from podserve.storage.digest import Digest
 from podserve.storage.errors import InvalidModelURI
+from podserve.storage.mlflow_uri import parse_mlflow_location
 
 # Anchored at the end so that an '@' in a URL's userinfo or in an hf revision never
 # reads as a pin.
 _PIN = re.compile(r"@(sha256:[0-9a-fA-F]{64})$")
 _HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
+# MLflow's URIs have one slash after the colon (mlflow/store/artifact/models_artifact_repo.py).
+_MLFLOW = re.compile(r"^(models|runs):/(?!/)")
 
 
 class Scheme(enum.StrEnum):
@@ -36,6 +41,8 @@ class Scheme(enum.StrEnum):
     S3 = "s3"
     HF = "hf"
     GS = "gs"
+    MODELS = "models"
+    RUNS = "runs"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +84,11 @@ class ModelURI:
             return f"file://{self.location}"
         if self.scheme in (Scheme.HTTP, Scheme.HTTPS):
             return self.location
+        if self.scheme in (Scheme.MODELS, Scheme.RUNS):
+            # `revision` is the tracking server a registry URI was resolved on, so that equal
+            # names on two servers are two cache entries.
+            text = f"{self.scheme.value}:/{self.location}"
+            return f"{text} on {self.revision}" if self.revision else text
         text = f"{self.scheme.value}://{self.location}"
         return f"{text}@{self.revision}" if self.revision else text
 
@@ -109,6 +121,10 @@ def parse_model_uri(text: str, *, digest: str | Digest | None = None) -> ModelUR
                 f"{text!r} pins {pinned} but the digest given separately is {given}"
             )
         pinned = given
+    mlflow_match = _MLFLOW.match(raw)
+    if mlflow_match is not None:
+        scheme = Scheme(mlflow_match.group(1))
+        return ModelURI(scheme, parse_mlflow_location(text, raw), pinned=pinned)
     scheme_match = _SCHEME.match(raw)
     if scheme_match is None:
         return ModelURI(Scheme.FILE, _absolute(raw), pinned=pinned)
@@ -121,6 +137,8 @@ def parse_model_uri(text: str, *, digest: str | Digest | None = None) -> ModelUR
             f"unsupported URI scheme {name}:// in {text!r}; use {known} or a local path"
         ) from None
     rest = raw[scheme_match.end() :]
+    if scheme in (Scheme.MODELS, Scheme.RUNS):
+        raise InvalidModelURI(f"{text!r}: MLflow URIs have one slash: {name}:/...")
     if scheme is Scheme.FILE:
         return _parse_file(raw, pinned)
     if scheme in (Scheme.HTTP, Scheme.HTTPS):

@@ -33,6 +33,10 @@ class SourceOptions:
     hf_cache_dir: Path | None = None
     hf_offline: bool = False
     timeout_s: float = 60.0
+    # models:/ and runs:/ (fetchers/mlflow.py); None: MLFLOW_TRACKING_URI / _TOKEN, as the
+    # mlflow client reads them.
+    mlflow_tracking_uri: str | None = None
+    mlflow_token: str | None = None
 
 
 class Fetcher(Protocol):

@@ -1,0 +1,1 @@
+"""`podserve consume`: inference requests from a Redis stream, results to another."""
