@@ -18,9 +18,12 @@ from pydantic import (
     model_validator,
 )
 
-from podserve.config.service_base import _Spec, quantity_value
+from podserve.config.service_access import Credentials, SecretKey, bad_env_names
+from podserve.config.service_base import _DNS_SUBDOMAIN, _Spec, quantity_value
+from podserve.config.service_gpu import Gpu, gpu_problem
 from podserve.config.service_ops import (
     Activation,
+    ActiveWindow,
     Autoscaling,
     BatchJob,
     Canary,
@@ -39,7 +42,6 @@ from podserve.config.service_pod import (
     Capacity,
     CapacityType,
     Disruption,
-    Gpu,
     Image,
     Metadata,
     ModelSource,
@@ -96,13 +98,79 @@ class ModelServiceSpec(_Spec):
     service_account_token: bool = Field(
         False, description="Mount a service-account token (only if the pod calls the API)."
     )
+    credentials: Credentials | None = Field(
+        None,
+        description="Credentials for the weight fetch: a Secret for its environment and/or "
+        "workload identity on the ServiceAccount (docs/kubernetes.md).",
+    )
+    priority_class_name: str | None = Field(
+        None,
+        pattern=_DNS_SUBDOMAIN,
+        description="Existing PriorityClass of the serving pods. Default: render "
+        "`<namespace>-<name>-serving` (value 1000), so serving preempts batch and dev pods "
+        "(priority 0) and GPU headroom pods (-10), never the reverse.",
+    )
 
     @model_validator(mode="after")
     def _coherent(self) -> ModelServiceSpec:
+        self._check_placement()
+        self._check_scaling()
+        self._check_objects()
+        return self
+
+    def _check_placement(self) -> None:
+        provider = self.capacity.provider
+        problem = gpu_problem(self.gpu, provider)
+        if problem is not None:
+            raise ValueError(problem)
+        if provider == "generic":
+            if self.capacity.serving.value == "spot":
+                raise ValueError("capacity.serving spot needs a provider that labels spot nodes")
+            if any(job.spot for job in self.batch):
+                raise ValueError(
+                    "batch spot: true needs a provider that labels spot nodes (or spot: false)"
+                )
+        if self.credentials is not None:
+            bad = bad_env_names(self.credentials)
+            if bad:
+                raise ValueError(
+                    f"credentials.env {', '.join(bad)}: podserve fetch reads only HF_TOKEN, "
+                    "HF_ENDPOINT, AWS_* and PODSERVE_S3_ENDPOINT_URL"
+                )
+        cap = self.cache.max_size
+        size = self.model.size_gi
+        if (
+            cap is not None
+            and size is not None
+            and quantity_value(cap) < quantity_value(f"{size}Gi")
+        ):
+            raise ValueError("cache.maxSize is below model.sizeGi: the model cannot fit")
+
+    def _check_scaling(self) -> None:
         scaling, bounds = self.autoscaling, self.replicas
         if scaling is None and bounds.min != bounds.max:
             raise ValueError("replicas.min != replicas.max needs an autoscaling section")
+        if scaling is not None and scaling.active_hours:
+            if scaling.engine is not ScalingEngine.KEDA:
+                raise ValueError("autoscaling.activeHours needs engine keda (a cron trigger)")
+            if bounds.min == 0 or scaling.scale_to_zero:
+                raise ValueError(
+                    "autoscaling.activeHours scales to zero outside the windows; replicas.min "
+                    "is the floor inside them and must be at least 1 (scaleToZero stays false)"
+                )
+        if scaling is not None and scaling.fallback_replicas is not None:
+            if scaling.metric is ScalingMetric.CPU:
+                raise ValueError("KEDA fallback does not apply to cpu triggers")
+            if scaling.fallback_replicas > bounds.max:
+                raise ValueError("autoscaling.fallbackReplicas is above replicas.max")
         if scaling is not None:
+            up = scaling.scale_up_stabilization_seconds
+            down = scaling.scale_down_stabilization_seconds
+            if up is not None and down is not None and up >= down:
+                raise ValueError(
+                    "autoscaling.scaleUpStabilizationSeconds must be below the scale-down "
+                    "window, or the service sheds capacity faster than it adds it"
+                )
             if scaling.scale_to_zero != (bounds.min == 0):
                 raise ValueError("autoscaling.scaleToZero and replicas.min: 0 go together")
             if scaling.scale_to_zero and scaling.engine is not ScalingEngine.KEDA:
@@ -130,6 +198,9 @@ class ModelServiceSpec(_Spec):
                 )
         elif bounds.min == 0:
             raise ValueError("replicas.min 0 needs autoscaling with scaleToZero")
+
+    def _check_objects(self) -> None:
+        bounds = self.replicas
         given = self.disruption.min_available
         if given is not None and bounds.min > 0 and given >= bounds.min:
             raise ValueError(
@@ -157,7 +228,17 @@ class ModelServiceSpec(_Spec):
             raise ValueError("per-replica cache claims need cache.size or model.sizeGi")
         if self.cold_start.headroom_pods and self.gpu.count == 0:
             raise ValueError("coldStart.headroomPods holds GPUs; the model uses none")
-        return self
+        pool = self.inference_pool
+        if (
+            pool is not None
+            and self.canary is not None
+            and pool.endpoint_picker is not None
+            and pool.endpoint_picker == pool.canary_endpoint_picker
+        ):
+            raise ValueError(
+                "inferencePool: stable and canary pools share one endpoint picker, but an "
+                "EPP serves one pool (--pool-name): the canary's share never reaches it"
+            )
 
 
 class ModelService(_Spec):
@@ -203,6 +284,7 @@ __all__ = [
     "API_VERSION",
     "KIND",
     "Activation",
+    "ActiveWindow",
     "Autoscaling",
     "BatchJob",
     "Cache",
@@ -210,6 +292,7 @@ __all__ = [
     "Capacity",
     "CapacityType",
     "ColdStart",
+    "Credentials",
     "Disruption",
     "Evaluation",
     "GatewayRef",
@@ -227,6 +310,7 @@ __all__ = [
     "Rollout",
     "ScalingEngine",
     "ScalingMetric",
+    "SecretKey",
     "Serving",
     "Spread",
     "Timing",

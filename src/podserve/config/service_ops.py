@@ -34,11 +34,34 @@ class ScalingMetric(StrEnum):
 class Activation(_Spec):
     query: str = Field(
         min_length=1,
-        description="PromQL for demand seen outside the pods (e.g. the gateway's request "
-        "rate): at zero replicas no pod exports a queue depth.",
+        description="PromQL for demand seen outside the pods that moves while the service "
+        "has no endpoints: e.g. the gateway's downstream or route request count, or its 503 "
+        "count (Envoy counts `upstream_cx_none_healthy`, not `upstream_rq_total`, for a "
+        "cluster without endpoints). At zero replicas no pod exports a queue depth.",
     )
     threshold: str = Field(
-        "1", pattern=r"^[0-9]+(\.[0-9]+)?$", description="KEDA threshold for that query."
+        "0",
+        pattern=r"^[0-9]+(\.[0-9]+)?$",
+        description="KEDA `activationThreshold`: the service wakes when the query is above "
+        "it (strictly).",
+    )
+    target: str | None = Field(
+        None,
+        pattern=r"^[0-9]+(\.[0-9]+)?$",
+        description="Per-replica value of the query for scaling 1..N as well; default: the "
+        "query only wakes the service and the main metric scales it.",
+    )
+
+
+_CRON = r"^\S+ \S+ \S+ \S+ \S+$"
+
+
+class ActiveWindow(_Spec):
+    start: str = Field(pattern=_CRON, description="Cron expression opening the window.")
+    end: str = Field(pattern=_CRON, description="Cron expression closing the window.")
+    timezone: str = Field(
+        pattern=r"^(UTC|[A-Z][A-Za-z_]+(/[A-Za-z0-9_+-]+)+)$",
+        description="IANA time zone of the cron expressions, e.g. `Europe/Berlin`.",
     )
 
 
@@ -75,6 +98,27 @@ class Autoscaling(_Spec):
         description="Prometheus that KEDA queries.",
     )
     polling_interval_seconds: int = Field(15, ge=1, description="KEDA polling interval.")
+    scale_up_stabilization_seconds: int | None = Field(
+        None,
+        ge=0,
+        le=3600,
+        description="Scale-up window: the HPA acts on the lowest recommendation within it, "
+        "so a spike shorter than the window buys no nodes that would arrive after it. "
+        "Default: 60 for GPU models, 0 for CPU models.",
+    )
+    fallback_replicas: int | None = Field(
+        None,
+        ge=1,
+        description="KEDA fallback: after 3 failed metric reads the service holds at least "
+        "this many replicas (and never scales down blind). Default: max(1, replicas.min + "
+        "1), capped at replicas.max. Not available with metric cpu.",
+    )
+    active_hours: list[ActiveWindow] = Field(
+        default_factory=list,
+        description="Windows (cron start/end in a time zone) when the service runs; outside "
+        "all of them it scales to zero (a KEDA cron trigger beside the queue trigger: "
+        "replicas.min inside a window, 0 outside, the queue decides above the floor).",
+    )
 
 
 class Canary(_Spec):
@@ -93,8 +137,17 @@ class GatewayRef(_Spec):
 
 
 class InferencePoolSpec(_Spec):
-    endpoint_picker: str = Field(
-        description="Service of the endpoint picker (EPP) that chooses a pod per request."
+    endpoint_picker: str | None = Field(
+        None,
+        pattern=_DNS_LABEL,
+        description="Service of the stable pool's endpoint picker (EPP). One EPP serves one "
+        "pool (`--pool-name`), so each track needs its own. Default: `<name>-epp`, the "
+        "name the Inference Extension chart gives a release named after the pool.",
+    )
+    canary_endpoint_picker: str | None = Field(
+        None,
+        pattern=_DNS_LABEL,
+        description="Service of the canary pool's EPP. Default: `<name>-canary-epp`.",
     )
     endpoint_picker_port: int = Field(9002, ge=1, le=65535, description="EPP gRPC port.")
     fail_open: bool = Field(
@@ -113,7 +166,12 @@ class BatchJob(_Spec):
     parallelism: int = Field(1, ge=1, description="Pods at once.")
     completions: int = Field(1, ge=1, description="Successful pods needed.")
     backoff_limit: int = Field(2, ge=0, description="Retries before the Job fails.")
-    active_deadline_seconds: int | None = Field(None, ge=1, description="Hard time limit.")
+    active_deadline_seconds: int = Field(
+        21600,
+        ge=1,
+        description="Hard time limit of each run: a hung job otherwise holds its GPUs "
+        "forever, and a CronJob (concurrencyPolicy Forbid) never starts again.",
+    )
     spot: bool = Field(
         True, description="May run on spot/preemptible nodes (batch can be retried)."
     )

@@ -3,6 +3,7 @@ resources, serving limits, rollout, disruption, spread, cache and capacity type.
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Literal
 
@@ -18,6 +19,7 @@ from podserve.config.service_base import (
     _Spec,
     quantity_value,
 )
+from podserve.config.service_gpu import Provider
 
 
 class Metadata(_Spec):
@@ -95,47 +97,6 @@ class Replicas(_Spec):
         return self
 
 
-class Gpu(_Spec):
-    count: int = Field(
-        0, ge=0, le=16, description="Whole devices per pod (0: a CPU model). Request = limit."
-    )
-    resource: str = Field(
-        "nvidia.com/gpu",
-        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-z0-9]([-a-z0-9._]*[a-z0-9])?$",
-        description="Extended resource name, e.g. `nvidia.com/gpu`, or a MIG profile such as "
-        "`nvidia.com/mig-1g.10gb` (mixed strategy).",
-    )
-    product: str | None = Field(
-        None,
-        description="Value of the GPU product node label (GPU feature discovery), e.g. "
-        "`NVIDIA-A100-SXM4-80GB`; pods are pinned to it.",
-    )
-    product_label: str = Field(
-        "nvidia.com/gpu.product", description="Node label that carries the product."
-    )
-    present_label: str = Field(
-        "nvidia.com/gpu.present",
-        description="Node label (value `true`) that marks GPU nodes when no product is given.",
-    )
-    taint_key: str = Field(
-        "nvidia.com/gpu", description="Key of the taint GPU nodes carry; pods tolerate it."
-    )
-    time_slicing: bool = Field(
-        False,
-        description="The device plugin shares each GPU by time-slicing: no memory isolation, so "
-        "count must be 1 and pods land only on nodes labelled for it.",
-    )
-
-    @model_validator(mode="after")
-    def _slices(self) -> Gpu:
-        if self.time_slicing and self.count != 1:
-            raise ValueError(
-                "gpu.timeSlicing needs gpu.count 1: a pod asking for several "
-                "slices gets no more compute, only more contention"
-            )
-        return self
-
-
 class Resources(_Spec):
     cpu: Quantity = Field("2", description="CPU request.")
     cpu_limit: Quantity | None = Field(
@@ -192,22 +153,35 @@ class Disruption(_Spec):
     min_available: int | None = Field(
         None, ge=0, description="PDB minAvailable; must stay below replicas.min."
     )
-    max_unavailable: int | None = Field(None, ge=1, description="PDB maxUnavailable.")
+    max_unavailable: int | str | None = Field(
+        None,
+        description="PDB maxUnavailable: a count or a percentage such as `25%` (default 1). "
+        "It holds at any scale, where minAvailable = min - 1 would let a drain take all "
+        "but one pod of a service scaled out far above its minimum.",
+    )
 
     @model_validator(mode="after")
     def _one(self) -> Disruption:
         if self.min_available is not None and self.max_unavailable is not None:
             raise ValueError("disruption takes minAvailable or maxUnavailable, not both")
+        given = self.max_unavailable
+        if isinstance(given, int) and given < 1:
+            raise ValueError("disruption.maxUnavailable must be at least 1, or no drain ends")
+        if isinstance(given, str) and not re.match(r"^([1-9][0-9]?|100)%$", given):
+            raise ValueError(f"disruption.maxUnavailable {given!r} is not a count or 1%..100%")
         return self
 
 
 class Spread(_Spec):
     nodes: bool = Field(True, description="Spread replicas across nodes (hostname).")
     zones: bool = Field(False, description="Also spread across zones.")
-    hard: bool = Field(
-        False,
-        description="DoNotSchedule instead of ScheduleAnyway: stricter, but can leave pods "
-        "Pending when GPU nodes are few.",
+    hard: bool | None = Field(
+        None,
+        description="DoNotSchedule (with matchLabelKeys [pod-template-hash], so a rollout's "
+        "old pods do not count against the new ones) instead of ScheduleAnyway. Default: "
+        "required when the workload keeps 2 or more replicas, since a soft spread lets the "
+        "scheduler pack them on one node; set false to opt out where GPU nodes are fewer "
+        "than replicas.",
     )
 
 
@@ -218,13 +192,25 @@ class Cache(_Spec):
         "(ReadWriteMany for a Deployment, one per replica for a StatefulSet); emptyDir: "
         "download at every start.",
     )
-    host_path: str = Field("/var/cache/podserve", description="Node directory for hostPath.")
+    host_path: str = Field(
+        "/var/cache/podserve",
+        pattern=r"^/",
+        description="Node directory for hostPath; each namespace gets its own "
+        "sub-directory (`<hostPath>/<namespace>`), and a pinned cache hit there is re-hashed "
+        "before it is served, since any pod that mounts the node path can write to it.",
+    )
     claim_name: str | None = Field(None, description="Existing claim (kind pvc, Deployment).")
     read_write_many: bool = Field(
         False, description="The claim is ReadWriteMany (required to share it across pods)."
     )
     storage_class: str | None = Field(None, description="StorageClass of per-replica claims.")
     size: Quantity | None = Field(None, description="Size of emptyDir or per-replica claims.")
+    max_size: Quantity | None = Field(
+        None,
+        description="Cap passed to the fetch (`--cache-max-bytes`): least-recently-used "
+        "entries not in use are evicted above it. Default: `size` for emptyDir and claims, "
+        "100Gi for hostPath (the node's disk is shared by every pod on it).",
+    )
 
 
 class CapacityType(StrEnum):
@@ -233,8 +219,11 @@ class CapacityType(StrEnum):
 
 
 class Capacity(_Spec):
-    provider: Literal["gke", "eks", "karpenter", "aks"] = Field(
-        "karpenter", description="Sets the spot node label and reclaim notice."
+    provider: Provider = Field(
+        "karpenter",
+        description="Who runs the nodes: `gke`, `eks` (managed node groups), `karpenter` "
+        "(on AWS), `aks`, or `generic` (any cluster running the NVIDIA GPU Operator). Sets "
+        "the GPU node labels and taints, the spot node label and the reclaim notice.",
     )
     serving: CapacityType = Field(
         CapacityType.ON_DEMAND,

@@ -2,8 +2,17 @@
 providers put on them, and how much notice a reclaim gives (the grace period must fit in
 it, or the kubelet's SIGKILL comes from the provider instead).
 
-Notices: AWS spot 2 minutes; GCP spot/preemptible 30 s; Azure spot 30 s (provider docs,
-not re-checked against a cluster here)."""
+Notices, as the pods see them:
+- AWS spot: 2 minutes (EC2 spot instance interruption notice; Karpenter
+  website/content/en/docs/concepts/disruption.md).
+- GKE spot / preemptible: the VM gets 30 s, but kubelet graceful node shutdown gives
+  ordinary pods only the first 15 s and keeps the last 15 s for system-critical pods, so a
+  terminationGracePeriodSeconds above 15 has no effect
+  (cloud.google.com/kubernetes-engine/docs/concepts/spot-vms, "Termination and graceful
+  shutdown of Spot VMs"; how-to/preemptible-vms). Autopilot Spot Pods get 25 s.
+- Azure spot: Scheduled Events `Preempt` with at least 30 s
+  (learn.microsoft.com/azure/virtual-machines/linux/scheduled-events).
+A `generic` cluster has no provider spot label, so it has no spot pool."""
 
 from __future__ import annotations
 
@@ -20,7 +29,7 @@ class SpotPool:
 
 
 SPOT_POOLS: dict[str, SpotPool] = {
-    "gke": SpotPool("gke", "cloud.google.com/gke-spot", "true", "cloud.google.com/gke-spot", 30),
+    "gke": SpotPool("gke", "cloud.google.com/gke-spot", "true", "cloud.google.com/gke-spot", 15),
     "eks": SpotPool("eks", "eks.amazonaws.com/capacityType", "SPOT", None, 120),
     "karpenter": SpotPool("karpenter", "karpenter.sh/capacity-type", "spot", None, 120),
     "aks": SpotPool(
@@ -31,8 +40,13 @@ SPOT_POOLS: dict[str, SpotPool] = {
         30,
     ),
 }
-# GKE's legacy preemptible VMs use their own label; the notice is the same 30 s.
-EXTRA_SPOT_LABELS = {"cloud.google.com/gke-preemptible": ("true", 30)}
+# GKE's legacy preemptible VMs use their own label; ordinary pods get the same 15 s.
+EXTRA_SPOT_LABELS = {"cloud.google.com/gke-preemptible": ("true", 15)}
+
+
+def spot_pool(provider: str) -> SpotPool | None:
+    """The spot pool of a provider, or None where the provider labels no spot nodes."""
+    return SPOT_POOLS.get(provider)
 
 
 def spot_notice_for_label(key: str, value: str) -> int | None:

@@ -15,7 +15,7 @@ from podserve.config.model_service import (
     ScalingMetric,
     quantity_value,
 )
-from podserve.kube.capacity import SPOT_POOLS, SpotPool
+from podserve.kube.capacity import SpotPool, spot_pool
 
 STARTUP_PERIOD_S = 10
 STARTUP_BUDGET_FACTOR = 1.5
@@ -25,6 +25,11 @@ READINESS_PERIOD_S = 5
 READINESS_FAILURES = 2
 MIN_SCALE_DOWN_WINDOW_S = 600
 MAX_SCALE_DOWN_WINDOW_S = 3600  # the API rejects windows above an hour (§1.1)
+# A GPU node takes minutes to arrive (CA scan + provider boot + driver; providers.md §5):
+# a queue spike shorter than this must not buy nodes that arrive after it.
+GPU_SCALE_UP_WINDOW_S = 60
+FALLBACK_FAILURES = 3
+HOSTPATH_CACHE_CAP = "100Gi"
 _MI = Decimal(2) ** 20
 _GI = Decimal(2) ** 30
 
@@ -42,7 +47,9 @@ class Plan:
     max_unavailable: int
     spare_gpu: bool
     scale_down_window_s: int
-    spot: SpotPool
+    scale_up_window_s: int
+    spot: SpotPool | None
+    cache_max_bytes: int | None
     warnings: tuple[str, ...]
 
 
@@ -72,6 +79,30 @@ def scale_down_window(spec: ModelServiceSpec) -> int:
     return min(MAX_SCALE_DOWN_WINDOW_S, wanted)
 
 
+def scale_up_window(spec: ModelServiceSpec) -> int:
+    chosen = spec.autoscaling.scale_up_stabilization_seconds if spec.autoscaling else None
+    if chosen is not None:
+        return chosen
+    return GPU_SCALE_UP_WINDOW_S if spec.gpu.count else 0
+
+
+def cache_cap_bytes(spec: ModelServiceSpec) -> int | None:
+    """The `--cache-max-bytes` given to the fetch: what the volume can hold."""
+    cache = spec.cache
+    cap = cache.max_size or cache.size
+    if cap is None and cache.kind == "hostPath":
+        cap = HOSTPATH_CACHE_CAP
+    return int(quantity_value(cap)) if cap is not None else None
+
+
+def fallback_replicas(spec: ModelServiceSpec) -> int:
+    scaling = spec.autoscaling
+    if scaling is not None and scaling.fallback_replicas is not None:
+        return scaling.fallback_replicas
+    # One above the floor: a blind service should not sit at its minimum, nor jump to max.
+    return min(spec.replicas.max, max(1, spec.replicas.min + 1))
+
+
 def make_plan(spec: ModelServiceSpec) -> Plan:
     warnings: list[str] = []
     pre_stop = spec.timing.pre_stop_seconds
@@ -90,8 +121,8 @@ def make_plan(spec: ModelServiceSpec) -> Plan:
     else:
         # No spare device: a surge pod would sit Pending for the whole rollout (§2).
         surge, unavailable = 0, 1
-    spot = SPOT_POOLS[spec.capacity.provider]
-    if spec.capacity.serving.value == "spot" and grace > spot.reclaim_notice_s:
+    spot = spot_pool(spec.capacity.provider)
+    if spot is not None and spec.capacity.serving.value == "spot" and grace > spot.reclaim_notice_s:
         warnings.append(
             f"grace period {grace}s exceeds the {spot.reclaim_notice_s}s reclaim notice of "
             f"{spot.provider} spot nodes: long requests will be cut when a node is reclaimed"
@@ -109,11 +140,6 @@ def make_plan(spec: ModelServiceSpec) -> Plan:
                 f"scale-down window {window}s is not longer than the {spec.model.load_seconds}s "
                 "load time (capped at 3600s by the API)"
             )
-    if spec.cache.kind == "hostPath" and not spec.cold_start.pre_pull:
-        warnings.append(
-            f"hostPath cache {spec.cache.host_path} must be writable by uid 10001 on every "
-            "node; enable coldStart.prePull to have a DaemonSet prepare it"
-        )
     return Plan(
         pre_stop_s=pre_stop,
         drain_timeout_s=drain,
@@ -126,6 +152,8 @@ def make_plan(spec: ModelServiceSpec) -> Plan:
         max_unavailable=unavailable,
         spare_gpu=spare,
         scale_down_window_s=window,
+        scale_up_window_s=scale_up_window(spec),
         spot=spot,
+        cache_max_bytes=cache_cap_bytes(spec),
         warnings=tuple(warnings),
     )

@@ -9,7 +9,7 @@ from podserve.kube.order import in_apply_order
 from podserve.kube.plan import Plan, make_plan
 from podserve.kube.render.autoscaling import autoscaler_objects
 from podserve.kube.render.batch import batch_objects
-from podserve.kube.render.coldstart import headroom_objects, prepull_daemonset
+from podserve.kube.render.coldstart import headroom_objects, prepull_objects
 from podserve.kube.render.evaluation import eval_objects
 from podserve.kube.render.monitoring import monitoring_objects
 from podserve.kube.render.support import (
@@ -17,6 +17,7 @@ from podserve.kube.render.support import (
     network_policy,
     quota_objects,
     service_account,
+    serving_priority_class_object,
 )
 from podserve.kube.render.traffic import http_route, inference_pool
 from podserve.kube.render.variant import variants
@@ -40,6 +41,8 @@ def render(service: ModelService) -> Rendering:
     spec = service.spec
     plan = make_plan(spec)
     objects: list[Manifest] = [service_account(service), config_map(service)]
+    if spec.priority_class_name is None:
+        objects.append(serving_priority_class_object(service))
     if spec.network_policy:
         objects.append(network_policy(service))
     objects += quota_objects(service)
@@ -59,6 +62,6 @@ def render(service: ModelService) -> Rendering:
     objects += batch_objects(service, plan)
     objects += eval_objects(service)
     if spec.cold_start.pre_pull and spec.gpu.count:
-        objects.append(prepull_daemonset(service))
+        objects += prepull_objects(service)
     objects += headroom_objects(service, plan)
     return Rendering(manifests=tuple(in_apply_order(objects)), plan=plan)

@@ -1,6 +1,8 @@
 """The autoscaler: HPA v2 on a Pods metric served by Prometheus Adapter, or a KEDA
-ScaledObject on a Prometheus query. Scale-up is eager, scale-down waits out a window longer
-than a model load (kubernetes-semantics.md §1.5, §7)."""
+ScaledObject on a Prometheus query. Scale-up waits out a short window on GPU models (a spike
+shorter than it buys no nodes), scale-down a window longer than a model load
+(kubernetes-semantics.md §1.5, §7). KEDA semantics cited below are from kedacore/keda-docs
+content/docs/2.21/reference/scaledobject-spec.md and scalers/cron.md."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from podserve.config.model_service import (
     ScalingMetric,
 )
 from podserve.kube import conventions as c
-from podserve.kube.plan import Plan
+from podserve.kube.plan import FALLBACK_FAILURES, Plan, fallback_replicas
 from podserve.kube.render.variant import Variant, metadata
 from podserve.kube.types import Manifest
 
@@ -31,7 +33,8 @@ LINT_IGNORE_CPU = "hpa-cpu-on-gpu"
 def behavior(plan: Plan) -> dict[str, Any]:
     return {
         "scaleUp": {
-            "stabilizationWindowSeconds": 0,
+            # The HPA acts on the lowest recommendation within this window.
+            "stabilizationWindowSeconds": plan.scale_up_window_s,
             "selectPolicy": "Max",
             "policies": [
                 {"type": "Pods", "value": 4, "periodSeconds": 15},
@@ -135,46 +138,89 @@ def _keda_trigger(service: ModelService, variant: Variant, scaling: Autoscaling)
     }
 
 
+# With no per-replica target, the wake signal asks for ceil(value / this) = 1 replica
+# while there is any demand: it wakes the service and keeps one pod, the main metric scales.
+WAKE_ONLY_TARGET = "1000000"
+
+
+def _activation_trigger(scaling: Autoscaling) -> dict[str, Any]:
+    activation = scaling.activation
+    assert activation is not None
+    return {
+        "type": "prometheus",
+        "name": "activation",
+        "metricType": "AverageValue",
+        "metadata": {
+            "serverAddress": scaling.prometheus_address,
+            "query": activation.query,
+            "threshold": activation.target or WAKE_ONLY_TARGET,
+            # 0 -> 1 happens when the value is strictly above activationThreshold; at 1+
+            # replicas KEDA ignores it and the HPA uses `threshold`.
+            "activationThreshold": activation.threshold,
+        },
+    }
+
+
+def _cron_triggers(service: ModelService, scaling: Autoscaling) -> list[dict[str, Any]]:
+    """One KEDA cron trigger per active window: replicas.min inside it, and outside all
+    of them the ScaledObject's minReplicaCount 0 applies (the queue trigger cannot wake a
+    service with no pods, so it stays at zero off hours)."""
+    return [
+        {
+            "type": "cron",
+            "name": f"active-hours-{index}",
+            "metadata": {
+                "timezone": window.timezone,
+                "start": window.start,
+                "end": window.end,
+                "desiredReplicas": str(service.spec.replicas.min),
+            },
+        }
+        for index, window in enumerate(scaling.active_hours)
+    ]
+
+
 def scaled_object(
     service: ModelService, variant: Variant, plan: Plan, scaling: Autoscaling
 ) -> Manifest:
     triggers = [_keda_trigger(service, variant, scaling)]
     if scaling.activation is not None:
-        triggers.append(
-            {
-                "type": "prometheus",
-                "name": "activation",
-                "metricType": "AverageValue",
-                "metadata": {
-                    "serverAddress": scaling.prometheus_address,
-                    "query": scaling.activation.query,
-                    "threshold": scaling.activation.threshold,
-                    "activationThreshold": "0",
-                },
-            }
-        )
+        triggers.append(_activation_trigger(scaling))
+    triggers += _cron_triggers(service, scaling)
+    floor = 0 if scaling.active_hours else service.spec.replicas.min
+    body: dict[str, Any] = {
+        "scaleTargetRef": _target_ref(service, variant),
+        "pollingInterval": scaling.polling_interval_seconds,
+        # cooldownPeriod applies only to the last replica (1 -> 0); N -> 1 follows the
+        # HPA behavior below (§7).
+        "cooldownPeriod": plan.scale_down_window_s,
+        "minReplicaCount": floor,
+        "maxReplicaCount": service.spec.replicas.max,
+    }
+    if scaling.metric is not ScalingMetric.CPU:
+        # After failureThreshold failed reads KEDA feeds the HPA a metric that lands on
+        # `replicas`; currentReplicasIfHigher keeps a larger current count, so a broken
+        # metrics pipeline neither pins the service at its minimum nor scales it down
+        # blind. Not allowed with cpu/memory triggers.
+        body["fallback"] = {
+            "failureThreshold": FALLBACK_FAILURES,
+            "replicas": fallback_replicas(service.spec),
+            "behavior": "currentReplicasIfHigher",
+        }
+    body["advanced"] = {
+        "horizontalPodAutoscalerConfig": {
+            "name": f"keda-hpa-{variant.name}",
+            "behavior": behavior(plan),
+        },
+    }
+    body["triggers"] = triggers
     return {
         "apiVersion": "keda.sh/v1alpha1",
         "kind": "ScaledObject",
         "metadata": metadata(
             service, variant.name, "autoscaler", variant.track, _cpu_annotations(service, scaling)
         ),
-        "spec": {
-            "scaleTargetRef": _target_ref(service, variant),
-            "pollingInterval": scaling.polling_interval_seconds,
-            # cooldownPeriod applies only to the last replica (1 → 0); N → 1 follows the
-            # HPA behavior below (§7).
-            "cooldownPeriod": plan.scale_down_window_s,
-            "minReplicaCount": service.spec.replicas.min,
-            "maxReplicaCount": service.spec.replicas.max,
-            "advanced": {
-                "horizontalPodAutoscalerConfig": {
-                    "name": f"keda-hpa-{variant.name}",
-                    "behavior": behavior(plan),
-                },
-            },
-            "triggers": triggers,
-        },
+        "spec": body,
     }
 
 

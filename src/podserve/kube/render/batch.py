@@ -10,14 +10,15 @@ from typing import Any
 from podserve.config.model_service import BatchJob, ModelService
 from podserve.kube.plan import Plan
 from podserve.kube.render.placement import (
-    capacity_affinity,
     gpu_tolerations,
+    node_affinity,
     node_selector,
     spot_tolerations,
 )
 from podserve.kube.render.pod import (
     container_security,
-    fetch_container,
+    fetch_steps,
+    identity_labels,
     pod_annotations,
     pod_security,
     resources,
@@ -53,7 +54,7 @@ def _job_spec(service: ModelService, plan: Plan, job: BatchJob) -> dict[str, Any
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": BATCH_GRACE_S,
         "securityContext": pod_security(),
-        "initContainers": [fetch_container(spec.model, image.ref, image.pull_policy)],
+        "initContainers": fetch_steps(service, spec.model, image),
         "containers": [container],
         "volumes": volumes(service, plan, with_config=False),
     }
@@ -63,7 +64,9 @@ def _job_spec(service: ModelService, plan: Plan, job: BatchJob) -> dict[str, Any
     tolerations = gpu_tolerations(spec)
     if job.spot:
         tolerations += spot_tolerations(plan.spot)
-        pod["affinity"] = capacity_affinity(plan.spot, prefer_spot=True)
+    affinity = node_affinity(spec, plan.spot, prefer_spot=True if job.spot else None)
+    if affinity:
+        pod["affinity"] = affinity
     if tolerations:
         pod["tolerations"] = tolerations
     if spec.cache.kind == "pvc" and spec.workload == "StatefulSet":
@@ -82,11 +85,12 @@ def _job_spec(service: ModelService, plan: Plan, job: BatchJob) -> dict[str, Any
             ]
         },
     }
-    if job.active_deadline_seconds is not None:
-        body["activeDeadlineSeconds"] = job.active_deadline_seconds
+    # A hung run otherwise holds its GPUs forever, and under concurrencyPolicy Forbid its
+    # CronJob never starts another.
+    body["activeDeadlineSeconds"] = job.active_deadline_seconds
     body["template"] = {
         "metadata": {
-            "labels": labels(service, "batch"),
+            "labels": {**labels(service, "batch"), **identity_labels(service)},
             "annotations": pod_annotations(service, spec.model),
         },
         "spec": pod,

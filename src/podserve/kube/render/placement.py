@@ -1,6 +1,7 @@
-"""Where GPU pods may land: a toleration for the GPU taint *and* a node selector on a real
-label (a toleration only permits, it never attracts), capacity-type preferences, and spread
-across nodes and zones."""
+"""Where GPU pods may land: a toleration for the GPU taint *and* a node selector on a label
+the provider really writes (a toleration only permits, it never attracts; the labels per
+provider are in `podserve.kube.accelerators`), capacity-type preferences, and spread across
+nodes and zones."""
 
 from __future__ import annotations
 
@@ -8,17 +9,17 @@ from typing import Any
 
 from podserve.config.model_service import ModelServiceSpec
 from podserve.kube import conventions as c
+from podserve.kube.accelerators import gpu_placement
 from podserve.kube.capacity import SpotPool
 
 
 def gpu_tolerations(spec: ModelServiceSpec) -> list[dict[str, Any]]:
-    if spec.gpu.count == 0:
-        return []
-    return [{"key": spec.gpu.taint_key, "operator": "Exists", "effect": "NoSchedule"}]
+    placed = gpu_placement(spec)
+    return [dict(t) for t in placed.tolerations] if placed else []
 
 
-def spot_tolerations(pool: SpotPool) -> list[dict[str, Any]]:
-    if pool.taint_key is None:
+def spot_tolerations(pool: SpotPool | None) -> list[dict[str, Any]]:
+    if pool is None or pool.taint_key is None:
         return []
     return [
         {"key": pool.taint_key, "operator": "Equal", "value": pool.value, "effect": "NoSchedule"}
@@ -26,50 +27,92 @@ def spot_tolerations(pool: SpotPool) -> list[dict[str, Any]]:
 
 
 def node_selector(spec: ModelServiceSpec) -> dict[str, str]:
-    gpu = spec.gpu
-    if gpu.count == 0:
-        return {}
-    selector = {gpu.product_label: gpu.product} if gpu.product else {gpu.present_label: "true"}
-    if gpu.time_slicing:
-        # GPU feature discovery labels time-sliced nodes; an unshared node must not take
-        # a pod sized for a slice, nor the reverse.
-        selector["nvidia.com/gpu.sharing-strategy"] = "time-slicing"
-    return dict(sorted(selector.items()))
+    placed = gpu_placement(spec)
+    return dict(placed.node_selector) if placed else {}
 
 
-def capacity_affinity(pool: SpotPool, *, prefer_spot: bool) -> dict[str, Any]:
-    """Preferred node affinity: serving leans to on-demand (NotIn also matches nodes that
-    carry no capacity label at all), batch leans to spot."""
-    operator = "In" if prefer_spot else "NotIn"
+def gpu_affinity(spec: ModelServiceSpec) -> dict[str, Any] | None:
+    """Required node affinity for labels that must exist whatever their value (GKE's
+    accelerator label when no product is named); nodeSelector cannot say "exists"."""
+    placed = gpu_placement(spec)
+    if placed is None or not placed.exists:
+        return None
+    expressions = [{"key": key, "operator": "Exists"} for key in placed.exists]
     return {
-        "nodeAffinity": {
-            "preferredDuringSchedulingIgnoredDuringExecution": [
-                {
-                    "weight": 100,
-                    "preference": {
-                        "matchExpressions": [
-                            {"key": pool.label, "operator": operator, "values": [pool.value]},
-                        ]
-                    },
-                }
-            ],
-        },
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": expressions}]
+        }
     }
 
 
-def spread_constraints(spec: ModelServiceSpec, selector: dict[str, str]) -> list[dict[str, Any]]:
-    when = "DoNotSchedule" if spec.spread.hard else "ScheduleAnyway"
+def capacity_affinity(pool: SpotPool | None, *, prefer_spot: bool) -> dict[str, Any] | None:
+    """Preferred node affinity: serving leans to on-demand (NotIn also matches nodes that
+    carry no capacity label at all), batch leans to spot."""
+    if pool is None:
+        return None
+    operator = "In" if prefer_spot else "NotIn"
+    return {
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {
+                "weight": 100,
+                "preference": {
+                    "matchExpressions": [
+                        {"key": pool.label, "operator": operator, "values": [pool.value]},
+                    ]
+                },
+            }
+        ],
+    }
+
+
+def node_affinity(
+    spec: ModelServiceSpec, pool: SpotPool | None, *, prefer_spot: bool | None
+) -> dict[str, Any] | None:
+    """The pod's `affinity`: required GPU labels and/or a capacity-type preference
+    (prefer_spot None: no preference, the pod may run on spot and on-demand alike)."""
+    node: dict[str, Any] = {}
+    required = gpu_affinity(spec)
+    if required:
+        node.update(required)
+    if prefer_spot is not None:
+        preferred = capacity_affinity(pool, prefer_spot=prefer_spot)
+        if preferred:
+            node.update(preferred)
+    return {"nodeAffinity": node} if node else None
+
+
+def hard_spread(spec: ModelServiceSpec, floor: int) -> bool:
+    """Required spread by default once a workload keeps two replicas: with ScheduleAnyway
+    the scheduler may still pack them on one node, and one node event is then an outage."""
+    return spec.spread.hard if spec.spread.hard is not None else floor >= 2
+
+
+def spread_constraints(
+    spec: ModelServiceSpec, selector: dict[str, str], *, floor: int, kind: str | None = None
+) -> list[dict[str, Any]]:
+    hard = hard_spread(spec, floor)
     keys = []
     if spec.spread.nodes:
         keys.append(c.HOSTNAME_KEY)
     if spec.spread.zones:
         keys.append(c.ZONE_KEY)
-    return [
-        {
+    result = []
+    for key in keys:
+        constraint: dict[str, Any] = {
             "maxSkew": 1,
             "topologyKey": key,
-            "whenUnsatisfiable": when,
+            "whenUnsatisfiable": "DoNotSchedule" if hard else "ScheduleAnyway",
             "labelSelector": {"matchLabels": dict(selector)},
         }
-        for key in keys
-    ]
+        if hard:
+            # Count only pods of the same revision: during a rollout the old pods would
+            # otherwise hold the skew and leave new ones Pending (KEP-3243, beta and on by
+            # default since 1.27). Deployments label pods with pod-template-hash;
+            # StatefulSets with controller-revision-hash.
+            workload = kind or spec.workload
+            revision = (
+                "controller-revision-hash" if workload == "StatefulSet" else "pod-template-hash"
+            )
+            constraint["matchLabelKeys"] = [revision]
+        result.append(constraint)
+    return result

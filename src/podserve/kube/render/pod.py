@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from podserve.config.model_service import ModelService, ModelSource
+from podserve.config.model_service import Image, ModelService, ModelSource
 from podserve.kube import conventions as c
 from podserve.kube.plan import (
     LIVENESS_FAILURES,
@@ -17,11 +17,12 @@ from podserve.kube.plan import (
     READINESS_PERIOD_S,
     STARTUP_PERIOD_S,
     Plan,
+    cache_cap_bytes,
     startup_failure_threshold,
 )
 from podserve.kube.render.placement import (
-    capacity_affinity,
     gpu_tolerations,
+    node_affinity,
     node_selector,
     spot_tolerations,
     spread_constraints,
@@ -68,19 +69,48 @@ def resources(service: ModelService, plan: Plan) -> dict[str, Any]:
     requests: dict[str, Any] = {"cpu": plan.cpu_request, "memory": plan.memory}
     limits: dict[str, Any] = {"cpu": plan.cpu_limit, "memory": plan.memory}
     if spec.gpu.count:
-        requests[spec.gpu.resource] = str(spec.gpu.count)
-        limits[spec.gpu.resource] = str(spec.gpu.count)
+        resource = spec.gpu.resource_name(spec.capacity.provider)
+        requests[resource] = str(spec.gpu.count)
+        limits[resource] = str(spec.gpu.count)
     return {"requests": requests, "limits": limits}
 
 
-def fetch_container(model: ModelSource, image: str, pull_policy: str) -> dict[str, Any]:
-    """The init container: the same image, verifying the digest into the cache volume."""
+def _credential_env(service: ModelService) -> dict[str, Any]:
+    """The Secret-backed environment of the fetch (and only the fetch)."""
+    creds = service.spec.credentials
+    if creds is None:
+        return {}
+    result: dict[str, Any] = {}
+    if creds.secret:
+        result["envFrom"] = [{"secretRef": {"name": creds.secret}}]
+    if creds.env:
+        result["env"] = [
+            {"name": name, "valueFrom": {"secretKeyRef": {"name": ref.secret, "key": ref.key}}}
+            for name, ref in sorted(creds.env.items())
+        ]
+    return result
+
+
+def fetch_container(
+    service: ModelService, model: ModelSource, image: str, pull_policy: str
+) -> dict[str, Any]:
+    """The init container: the same image, verifying the digest into the cache volume,
+    with the fetch credentials, the cache cap, and a re-hash of pinned hits on a node
+    path other pods can write to."""
+    cache = service.spec.cache
+    args = ["fetch", model.uri, "--digest", model.digest, "--cache-dir", c.CACHE_DIR]
+    cap = cache_cap_bytes(service.spec)
+    if cap is not None:
+        args += ["--cache-max-bytes", str(cap)]
+    if cache.kind == "hostPath":
+        args.append("--verify-hit")
     return {
         "name": "fetch",
         "image": image,
         "imagePullPolicy": pull_policy,
         "command": ["podserve"],
-        "args": ["fetch", model.uri, "--digest", model.digest, "--cache-dir", c.CACHE_DIR],
+        "args": args,
+        **_credential_env(service),
         "resources": {
             "requests": {"cpu": "500m", "memory": FETCH_MEMORY},
             "limits": {"cpu": "2", "memory": FETCH_MEMORY},
@@ -93,11 +123,55 @@ def fetch_container(model: ModelSource, image: str, pull_policy: str) -> dict[st
     }
 
 
+def cache_owner_container(service: ModelService) -> dict[str, Any]:
+    """The kubelet creates a hostPath directory root-owned (0755) and fsGroup does not
+    apply to hostPath volumes (kubernetes.io/docs/concepts/storage/volumes/#hostpath), so
+    the fetch, uid 10001, would get EACCES. This step runs as root with CHOWN as its only
+    capability and hands the namespace's directory to the fetch's user."""
+    image = service.spec.image
+    return {
+        "name": "cache-owner",
+        "image": image.ref,
+        "imagePullPolicy": image.pull_policy,
+        "command": ["chown", f"{c.USER_ID}:{c.GROUP_ID}", c.CACHE_DIR],
+        "resources": {
+            "requests": {"cpu": "10m", "memory": "32Mi"},
+            "limits": {"cpu": "100m", "memory": "32Mi"},
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": False,
+            "runAsUser": 0,
+            "capabilities": {"drop": ["ALL"], "add": ["CHOWN"]},
+        },
+        "volumeMounts": [{"name": "cache", "mountPath": c.CACHE_DIR}],
+    }
+
+
+def fetch_steps(service: ModelService, model: ModelSource, image: Image) -> list[dict[str, Any]]:
+    """The init containers of every pod that mounts the cache: the owner step first when
+    the cache is a node path, then the fetch."""
+    steps = []
+    if service.spec.cache.kind == "hostPath":
+        steps.append(cache_owner_container(service))
+    steps.append(fetch_container(service, model, image.ref, image.pull_policy))
+    return steps
+
+
+def host_cache_path(service: ModelService) -> str:
+    """One directory per namespace: tenants on a node never share (or overwrite) entries."""
+    return f"{service.spec.cache.host_path.rstrip('/')}/{service.metadata.namespace}"
+
+
 def cache_volume(service: ModelService) -> dict[str, Any] | None:
     """The cache volume, or None when a StatefulSet gets it from a claim template."""
     cache = service.spec.cache
     if cache.kind == "hostPath":
-        return {"name": "cache", "hostPath": {"path": cache.host_path, "type": "DirectoryOrCreate"}}
+        return {
+            "name": "cache",
+            "hostPath": {"path": host_cache_path(service), "type": "DirectoryOrCreate"},
+        }
     if cache.kind == "emptyDir":
         empty: dict[str, Any] = {"sizeLimit": cache.size} if cache.size else {}
         return {"name": "cache", "emptyDir": empty}
@@ -168,7 +242,8 @@ def server_container(service: ModelService, variant: Variant, plan: Plan) -> dic
         "lifecycle": {"preStop": {"sleep": {"seconds": plan.pre_stop_s}}},
         "securityContext": container_security(),
         "volumeMounts": [
-            {"name": "cache", "mountPath": c.CACHE_DIR},
+            # Read-only: only the fetch writes the cache; the server maps what it verified.
+            {"name": "cache", "mountPath": c.CACHE_DIR, "readOnly": True},
             {"name": "dshm", "mountPath": "/dev/shm"},
             {"name": "tmp", "mountPath": "/tmp"},
             {"name": "config", "mountPath": c.SETTINGS_DIR, "readOnly": True},
@@ -208,19 +283,36 @@ def pod_annotations(service: ModelService, model: ModelSource) -> dict[str, str]
     }
 
 
+def serving_priority_class(service: ModelService) -> str:
+    given = service.spec.priority_class_name
+    return given or f"{service.metadata.namespace}-{service.metadata.name}-serving"
+
+
+def identity_labels(service: ModelService) -> dict[str, str]:
+    """Pod labels that workload-identity webhooks key on: Azure mutates only pods labelled
+    `azure.workload.identity/use: "true"` (azure-workload-identity docs)."""
+    creds = service.spec.credentials
+    if creds is not None and creds.azure_client_id:
+        return {"azure.workload.identity/use": "true"}
+    return {}
+
+
 def serving_pod_template(service: ModelService, variant: Variant, plan: Plan) -> Manifest:
     spec = service.spec
     selector = variant.selector(service)
-    pod_labels = {**variant.selector(service), "app.kubernetes.io/component": "server"}
+    pod_labels = {
+        **variant.selector(service),
+        "app.kubernetes.io/component": "server",
+        **identity_labels(service),
+    }
     pod_spec: dict[str, Any] = {
         "serviceAccountName": service.metadata.name,
         "automountServiceAccountToken": spec.service_account_token,
         "enableServiceLinks": False,
+        "priorityClassName": serving_priority_class(service),
         "terminationGracePeriodSeconds": plan.grace_period_s,
         "securityContext": pod_security(),
-        "initContainers": [
-            fetch_container(variant.model, variant.image.ref, variant.image.pull_policy)
-        ],
+        "initContainers": fetch_steps(service, variant.model, variant.image),
         "containers": [server_container(service, variant, plan)],
         "volumes": volumes(service, plan, with_config=True),
     }
@@ -228,13 +320,16 @@ def serving_pod_template(service: ModelService, variant: Variant, plan: Plan) ->
     if node:
         pod_spec["nodeSelector"] = node
     tolerations = gpu_tolerations(spec)
-    if spec.capacity.serving.value == "spot":
+    on_spot = spec.capacity.serving.value == "spot"
+    if on_spot:
         tolerations += spot_tolerations(plan.spot)
-    else:
-        pod_spec["affinity"] = capacity_affinity(plan.spot, prefer_spot=False)
+    affinity = node_affinity(spec, plan.spot, prefer_spot=None if on_spot else False)
+    if affinity:
+        pod_spec["affinity"] = affinity
     if tolerations:
         pod_spec["tolerations"] = tolerations
-    spread = spread_constraints(spec, selector)
+    floor = variant.fixed_replicas if variant.fixed_replicas is not None else spec.replicas.min
+    spread = spread_constraints(spec, selector, floor=floor)
     if spread:
         pod_spec["topologySpreadConstraints"] = spread
     return {

@@ -9,8 +9,8 @@ import yaml
 
 from podserve.config.model_service import ModelService
 from podserve.kube import conventions as c
-from podserve.kube.render.pod import settings_yaml
-from podserve.kube.render.variant import metadata
+from podserve.kube.render.pod import serving_priority_class, settings_yaml
+from podserve.kube.render.variant import labels, metadata
 from podserve.kube.types import Manifest
 
 
@@ -30,11 +30,36 @@ def config_map(service: ModelService) -> Manifest:
 
 
 def service_account(service: ModelService) -> Manifest:
+    """The pods' ServiceAccount; workload identity (IRSA, GKE, Azure) is an annotation on
+    it, so the fetch gets cloud credentials without a Secret (config/service_access.py)."""
+    creds = service.spec.credentials
+    annotations = creds.service_account_annotations() if creds is not None else None
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
-        "metadata": metadata(service, service.metadata.name, "server"),
+        "metadata": metadata(service, service.metadata.name, "server", None, annotations),
         "automountServiceAccountToken": service.spec.service_account_token,
+    }
+
+
+SERVING_PRIORITY = 1000
+
+
+def serving_priority_class_object(service: ModelService) -> Manifest:
+    """Serving above batch and dev pods (0) and GPU headroom (-10): when GPUs run short the
+    scheduler preempts those for a serving pod, never a serving pod for them."""
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {
+            "name": serving_priority_class(service),
+            "labels": labels(service, "server"),
+        },
+        "value": SERVING_PRIORITY,
+        "globalDefault": False,
+        "preemptionPolicy": "PreemptLowerPriority",
+        "description": f"podserve serving pods of {service.metadata.namespace}/"
+        f"{service.metadata.name}.",
     }
 
 
@@ -67,7 +92,8 @@ def quota_objects(service: ModelService) -> list[Manifest]:
         return []
     hard: dict[str, Any] = {}
     if quota.gpus is not None:
-        hard[f"requests.{service.spec.gpu.resource}"] = str(quota.gpus)
+        resource = service.spec.gpu.resource_name(service.spec.capacity.provider)
+        hard[f"requests.{resource}"] = str(quota.gpus)
     if quota.cpu is not None:
         hard["requests.cpu"] = quota.cpu
     if quota.memory is not None:

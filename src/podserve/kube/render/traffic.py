@@ -13,6 +13,18 @@ from podserve.kube.types import Manifest
 POOL_GROUP = "inference.networking.k8s.io"
 
 
+def endpoint_picker(service: ModelService, variant: Variant) -> str:
+    """One endpoint picker per pool: an EPP runs with `--pool-name` naming one
+    InferencePool (gateway-api-inference-extension pkg/epp/server/options.go), so the
+    canary's pool needs its own, or its share is picked from the stable pods. The default
+    name is the chart's `<release>-epp` for a release named after the pool
+    (config/charts/epplib/templates/_helpers.tpl)."""
+    pool = service.spec.inference_pool
+    assert pool is not None
+    given = pool.canary_endpoint_picker if variant.track == "canary" else pool.endpoint_picker
+    return given or f"{variant.name}-epp"
+
+
 def inference_pool(service: ModelService, variant: Variant) -> Manifest:
     pool = service.spec.inference_pool
     assert pool is not None
@@ -24,7 +36,7 @@ def inference_pool(service: ModelService, variant: Variant) -> Manifest:
             "selector": {"matchLabels": variant.selector(service)},
             "targetPorts": [{"number": c.HTTP_PORT}],
             "endpointPickerRef": {
-                "name": pool.endpoint_picker,
+                "name": endpoint_picker(service, variant),
                 "port": {"number": pool.endpoint_picker_port},
                 "failureMode": "FailOpen" if pool.fail_open else "FailClose",
             },

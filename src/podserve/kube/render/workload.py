@@ -122,19 +122,17 @@ def headless_service(service: ModelService, variant: Variant) -> Manifest:
     }
 
 
-def pdb_budget(service: ModelService, variant: Variant) -> dict[str, int]:
-    """Always leaves room for one eviction: minAvailable below the replica floor, or
-    maxUnavailable 1 when the floor is 0 or 1 (kubernetes-semantics.md §4)."""
+def pdb_budget(service: ModelService, variant: Variant) -> dict[str, int | str]:
+    """maxUnavailable (1 unless the spec says otherwise) at any scale: minAvailable = min - 1
+    would let a drain take 7 of 8 pods of a service scaled out to 8 (kubernetes-semantics.md
+    §4). A one-replica canary gets maxUnavailable 1 as well: a drain may take it, and until
+    it is back its share of traffic fails (docs/kubernetes.md, "Disruption"); blocking the
+    drain instead would hold a node hostage to an experiment."""
     given = service.spec.disruption
-    if given.max_unavailable is not None:
-        return {"maxUnavailable": given.max_unavailable}
-    floor = (
-        variant.fixed_replicas if variant.fixed_replicas is not None else service.spec.replicas.min
-    )
     if given.min_available is not None and variant.track == "stable":
         return {"minAvailable": given.min_available}
-    if floor >= 2:
-        return {"minAvailable": floor - 1}
+    if given.max_unavailable is not None:
+        return {"maxUnavailable": given.max_unavailable}
     return {"maxUnavailable": 1}
 
 

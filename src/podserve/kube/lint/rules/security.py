@@ -26,12 +26,31 @@ def _gaps(pod_ctx: dict[str, object], ctx: dict[str, object]) -> list[str]:
     return gaps
 
 
+def _owner_step(spec: dict[str, object]) -> bool:
+    """A hostPath owner step: runs `chown` as root with CAP_CHOWN as its only capability
+    (the kubelet creates hostPath directories root-owned and fsGroup does not apply)."""
+    ctx = spec.get("securityContext")
+    command = spec.get("command")
+    if not isinstance(ctx, dict) or not isinstance(command, list) or command[:1] != ["chown"]:
+        return False
+    caps = ctx.get("capabilities") or {}
+    return (
+        isinstance(caps, dict)
+        and caps.get("add") == ["CHOWN"]
+        and "ALL" in (caps.get("drop") or [])
+        and ctx.get("allowPrivilegeEscalation") is False
+        and ctx.get("readOnlyRootFilesystem") is True
+    )
+
+
 def _hardened(ctx: LintContext) -> Iterator[Hit]:
     for pod in ctx.pods:
         if pod.runtime_managed:
             continue
         pod_ctx = dict(pod.pod.get("securityContext") or {})
         for ctr in pod.containers(init=True):
+            if _owner_step(dict(ctr.spec)):
+                continue
             gaps = _gaps(pod_ctx, dict(ctr.spec.get("securityContext") or {}))
             if gaps:
                 yield Hit(
