@@ -29,6 +29,16 @@ class ModelNotFound(PodserveError):
     """No model (or version) of that name is known to this server (HTTP 404)."""
 
 
+class NotFound(PodserveError):
+    """A named resource other than a model, such as a shared-memory region, is not
+    registered (HTTP 404, gRPC NOT_FOUND)."""
+
+
+class AlreadyExists(PodserveError):
+    """A resource of that name is already registered (HTTP 400 and gRPC ALREADY_EXISTS,
+    as Triton answers)."""
+
+
 class Unavailable(PodserveError):
     """Capacity or state refuses the request now; retrying later may work (HTTP 503).
 
