@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import io
+import os
+import pty
+from pathlib import Path
 
 import orjson
 
 from podserve.batchjob import JsonLinesReporter, Snapshot, SummaryOnly, reporter_for, summary_text
+from podserve.batchjob.progress import RichReporter
 from podserve.core.clock import FakeClock
+from tests.batchjob.support import IRIS, iris_rows, write_jsonl
+from tests.obs.tty import clean_env, run_with_tty_stderr
 
 
 def _snapshot(rows: int, seconds: float, *, total_rows: int | None = None) -> Snapshot:
@@ -55,3 +61,48 @@ def test_none_still_prints_the_summary_and_auto_is_json_off_a_terminal() -> None
     quiet.finished(_snapshot(2, 1.0))
     assert stream.getvalue() == summary_text(_snapshot(2, 1.0)) + "\n"
     assert isinstance(reporter_for("auto", io.StringIO()), JsonLinesReporter)
+
+
+def test_json_lines_have_the_log_shape() -> None:
+    stream = io.StringIO()
+    reporter = JsonLinesReporter(stream, clock=FakeClock(), wall=lambda: 1_800_000_000.0)
+    reporter.started(_snapshot(0, 0.0))
+    reporter.finished(_snapshot(200, 20.0))
+    started, summary = (orjson.loads(line) for line in stream.getvalue().splitlines())
+    assert started["ts"] == "2027-01-15T08:00:00.000Z"
+    assert (started["level"], started["logger"], started["msg"]) == (
+        "info",
+        "podserve.batch",
+        "batch started",
+    )
+    assert summary["msg"] == summary_text(_snapshot(200, 20.0))
+
+
+def test_auto_draws_a_bar_on_a_terminal_unless_json_logs_are_asked_for() -> None:
+    master, slave = pty.openpty()
+    try:
+        with open(slave, "w", closefd=False) as terminal:
+            assert isinstance(reporter_for("auto", terminal), RichReporter)
+            assert isinstance(reporter_for("auto", terminal, log_format="json"), JsonLinesReporter)
+    finally:
+        os.close(slave)
+        os.close(master)
+
+
+def test_batch_on_a_tty_with_json_logs_writes_only_json_log_lines(tmp_path: Path) -> None:
+    """`podserve batch` as a Job container started with `tty: true` runs it."""
+    rows = [*iris_rows(40), {"id": "bad", "inputs": {"features": [1.0]}}]
+    source = write_jsonl(tmp_path / "in.jsonl", rows)
+    argv = ["-m", "podserve.cli.main", "batch", "--model-dir", str(IRIS), "--input", str(source)]
+    argv += ["--output", str(tmp_path / "out.jsonl"), "--cache-dir", str(tmp_path / "c")]
+    code, _, err = run_with_tty_stderr(argv, clean_env(PODSERVE_LOG_FORMAT="json"))
+    assert code == 0, err
+    records = [orjson.loads(line) for line in err.splitlines()]  # each line is JSON
+    assert next(r["event"] for r in records) == "started"
+    assert records[-2]["event"] == "summary"
+    assert records[-1]["level"] == "warning"
+    assert "1 line(s) had errors" in records[-1]["msg"]
+
+    code, _, err = run_with_tty_stderr([*argv, "--restart"], clean_env())
+    assert code == 0, err
+    assert "\x1b[" in err  # a bar for a person on a terminal

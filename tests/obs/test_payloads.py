@@ -15,7 +15,8 @@ import pytest
 
 from podserve.core.tensors import Datatype, InferRequest, InferResponse, Tensor
 from podserve.obs.payload_sinks import HttpCloudEventsSink, JsonlFileSink
-from podserve.obs.payloads import REDACTED, PayloadLogger
+from podserve.obs.payloads import PayloadLogger
+from podserve.obs.redaction import REDACTED
 from tests.support.server import ServerProcess, infer_body, wait_until, write_model
 
 

@@ -1,5 +1,7 @@
-"""Progress and throughput of a batch job: a rich bar on a terminal, JSON lines on stderr
-for a pod's log, or nothing but the final summary.
+"""Progress and throughput of a batch job: a rich bar on a terminal, JSON log lines on
+stderr for a pod's log, or nothing but the final summary. As for `podserve fetch`
+(storage/progress.py), `auto` draws the bar only on a TTY and never when JSON logs were
+asked for (`PODSERVE_LOG_FORMAT=json`).
 
 The runner reports after every committed chunk; each reporter decides how often to show
 it (JSON lines are throttled so a long job does not flood the log).
@@ -8,15 +10,17 @@ it (JSON lines are throttled so a long job does not flood the log).
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import IO, Protocol
 
-import orjson
 from rich.console import Console
 from rich.progress import BarColumn, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.progress import Progress as RichBar
 
 from podserve.core.clock import MONOTONIC, Clock
+from podserve.storage.progress import json_log_line, wants_bar
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,29 +86,37 @@ class JsonLinesReporter:
     """One JSON object a line: `started`, `progress` at most every `interval_s`, `summary`."""
 
     def __init__(
-        self, stream: IO[str], *, interval_s: float = 5.0, clock: Clock = MONOTONIC
+        self,
+        stream: IO[str],
+        *,
+        interval_s: float = 5.0,
+        clock: Clock = MONOTONIC,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self._stream = stream
         self._interval_s = interval_s
         self._clock = clock
+        self._wall = wall
         self._last_emit_s = clock.now_s()
 
-    def _emit(self, record: dict[str, object]) -> None:
-        self._stream.write(orjson.dumps(record).decode() + "\n")
+    def _emit(self, event: str, snapshot: Snapshot) -> None:
+        msg = summary_text(snapshot) if event == "summary" else f"batch {event}"
+        line = json_log_line("podserve.batch", msg, _record(event, snapshot), wall_s=self._wall())
+        self._stream.write(line)
         self._stream.flush()
 
     def started(self, snapshot: Snapshot) -> None:
         self._last_emit_s = self._clock.now_s()
-        self._emit(_record("started", snapshot))
+        self._emit("started", snapshot)
 
     def advanced(self, snapshot: Snapshot) -> None:
         now_s = self._clock.now_s()
         if now_s - self._last_emit_s >= self._interval_s:
             self._last_emit_s = now_s
-            self._emit(_record("progress", snapshot))
+            self._emit("progress", snapshot)
 
     def finished(self, snapshot: Snapshot) -> None:
-        self._emit(_record("summary", snapshot))
+        self._emit("summary", snapshot)
 
 
 class RichReporter:
@@ -149,11 +161,14 @@ class RichReporter:
         return f"{s.total_rows:,} rows  {s.rows_per_s:,.0f} rows/s  {s.total_errors:,} errors"
 
 
-def reporter_for(mode: str, stream: IO[str] | None = None) -> Reporter:
-    """`auto` picks the bar on a terminal and JSON lines otherwise."""
+def reporter_for(
+    mode: str, stream: IO[str] | None = None, *, log_format: str | None = None
+) -> Reporter:
+    """`auto` picks the bar on a terminal (unless `log_format` is `json`), JSON log lines
+    otherwise."""
     out = stream if stream is not None else sys.stderr
     if mode == "auto":
-        mode = "rich" if out.isatty() else "json"
+        mode = "rich" if wants_bar(out, log_format) else "json"
     if mode == "rich":
         return RichReporter(Console(file=out))
     if mode == "json":

@@ -77,7 +77,8 @@ def register(subparsers: Any) -> None:
         "--progress",
         choices=("auto", "rich", "json", "none"),
         default="auto",
-        help="progress on stderr: auto = a bar on a terminal, JSON lines otherwise; "
+        help="progress on stderr: auto = a bar on a terminal unless PODSERVE_LOG_FORMAT=json, "
+        "JSON log lines otherwise; "
         "none = the summary only",
     )
     parser.add_argument(
@@ -107,12 +108,30 @@ def _run(args: argparse.Namespace) -> int:
         reporter_for,
         run_job,
     )
+    from podserve.batchjob.progress import JsonLinesReporter, RichReporter
     from podserve.core.errors import PodserveError
+    from podserve.storage.progress import json_log_line
 
     if args.digest is not None and args.model is None:
         sys.stderr.write("podserve batch: --digest pins --model; it needs --model URI\n")
         return EXIT_USAGE
     checkpoint = args.checkpoint or args.output.with_name(args.output.name + ".checkpoint")
+    log_format = os.environ.get("PODSERVE_LOG_FORMAT")
+    reporter = reporter_for(args.progress, log_format=log_format)
+    if not isinstance(reporter, RichReporter):
+        from podserve.obs.logging import quiet_third_party_progress
+
+        quiet_third_party_progress()  # a model's library must not draw bars into JSON lines
+    as_json = isinstance(reporter, JsonLinesReporter) or log_format == "json"
+
+    def say(message: str, level: str) -> None:
+        if as_json:
+            sys.stderr.write(
+                json_log_line("podserve.batch", message, {"event": level}, level=level)
+            )
+        else:
+            sys.stderr.write(f"podserve batch: {message}\n")
+
     try:
         model_path = args.model_dir
         if args.model is not None:
@@ -131,17 +150,17 @@ def _run(args: argparse.Namespace) -> int:
             spec,
             model=loaded.model,
             model_name=loaded.config.name,
-            reporter=reporter_for(args.progress),
+            reporter=reporter,
         )
     except PodserveError as exc:
-        sys.stderr.write(f"podserve batch: {exc.message}\n")
+        say(exc.message, "error")
         return EXIT_FATAL
     except OSError as exc:
-        sys.stderr.write(f"podserve batch: {exc}\n")
+        say(str(exc), "error")
         return EXIT_FATAL
     if summary.total_errors:
-        sys.stderr.write(
-            f"podserve batch: {summary.total_errors:,} line(s) had errors; "
-            f"see the 'error' lines in {args.output}\n"
+        say(
+            f"{summary.total_errors:,} line(s) had errors; see the 'error' lines in {args.output}",
+            "warning",
         )
     return EXIT_OK

@@ -1,7 +1,8 @@
 """`podserve fetch URI`: put a verified model in the node cache (the init container).
 
-Prints the local path on stdout; progress goes to stderr (a bar on a terminal, JSON lines
-otherwise). Exit codes, so that a Pod's status says what failed without reading logs:
+Prints the local path on stdout; progress goes to stderr (a bar on a terminal, JSON log
+lines otherwise, and always with PODSERVE_LOG_FORMAT=json). Exit codes, so that a Pod's
+status says what failed without reading logs:
 
     0  fetched (or already cached) and verified
     1  any other failure (access denied, corrupt cache, missing extra, ...)
@@ -106,7 +107,8 @@ def register(subparsers: Any) -> None:
         "--progress",
         choices=("auto", "rich", "json", "none"),
         default="auto",
-        help="progress on stderr: auto = a bar on a terminal, JSON lines otherwise",
+        help="progress on stderr: auto = a bar on a terminal unless PODSERVE_LOG_FORMAT=json, "
+        "JSON log lines otherwise",
     )
     parser.set_defaults(run=_run)
 
@@ -119,8 +121,6 @@ def _env_int(name: str) -> int | None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import orjson
-
     from podserve.storage import (
         DigestMismatch,
         FetchNetworkError,
@@ -131,6 +131,7 @@ def _run(args: argparse.Namespace) -> int:
         fetch_model,
         progress_for,
     )
+    from podserve.storage.progress import JsonLinesProgress, RichProgress, json_log_line
 
     max_cache_bytes = args.cache_max_bytes
     if max_cache_bytes is None:
@@ -139,7 +140,12 @@ def _run(args: argparse.Namespace) -> int:
         except ValueError:
             sys.stderr.write("podserve fetch: PODSERVE_CACHE_MAX_BYTES is not a whole number\n")
             return EXIT_USAGE
-    progress = progress_for(args.progress)
+    log_format = os.environ.get("PODSERVE_LOG_FORMAT")
+    progress = progress_for(args.progress, log_format=log_format)
+    if not isinstance(progress, RichProgress):
+        from podserve.obs.logging import quiet_third_party_progress
+
+        quiet_third_party_progress()  # huggingface_hub's own bars would break the JSON lines
     sources = SourceOptions(
         s3_endpoint_url=args.s3_endpoint_url,
         hf_cache_dir=args.hf_cache_dir,
@@ -177,9 +183,9 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         progress.close()
     if code != EXIT_OK:
-        if args.progress == "json" or (args.progress == "auto" and not sys.stderr.isatty()):
+        if isinstance(progress, JsonLinesProgress) or log_format == "json":
             record = {"event": "error", "exit_code": code, "error": message, **fields}
-            sys.stderr.write(orjson.dumps(record).decode() + "\n")
+            sys.stderr.write(json_log_line("podserve.fetch", message, record, level="error"))
         else:
             sys.stderr.write(f"podserve fetch: {message}\n")
         return code

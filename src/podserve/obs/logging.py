@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import logging
 import logging.handlers
+import os
 import queue
 import sys
 import time
@@ -58,10 +59,31 @@ class ConsoleFormatter(logging.Formatter):
 
 _listener: logging.handlers.QueueListener | None = None
 
+# Libraries that draw tqdm bars on stderr while they download or load: huggingface_hub
+# (and transformers, which asks it) read HF_HUB_DISABLE_PROGRESS_BARS when imported
+# (huggingface_hub/constants.py); tqdm >= 4.66 takes TQDM_<ARG> environment variables as
+# its defaults (tqdm/utils.py `envwrap`), so TQDM_DISABLE turns off the bars of callers
+# that do not pass `disable` themselves.
+_BAR_SWITCHES = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1"}
+
+
+def quiet_third_party_progress() -> None:
+    """No library progress bars on stderr: they are not JSON and end up between the JSON
+    log lines. Call it before those libraries are imported; a value the operator set
+    is left alone."""
+    for name, value in _BAR_SWITCHES.items():
+        os.environ.setdefault(name, value)
+    hub = sys.modules.get("huggingface_hub.utils")
+    if hub is not None and os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1":
+        hub.disable_progress_bars()  # imported already: its constant was read
+
 
 def configure_logging(log_format: str = "json", level: str = "INFO") -> None:
-    """Route every podserve (and uvicorn) log record through one background writer."""
+    """Route every podserve (and uvicorn) log record through one background writer; for
+    JSON logs, or when stderr is no terminal, also silence third-party progress bars."""
     global _listener
+    if log_format == "json" or not sys.stderr.isatty():
+        quiet_third_party_progress()
     if _listener is not None:
         _listener.stop()
     stream_handler = logging.StreamHandler(sys.stderr)

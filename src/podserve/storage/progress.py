@@ -1,13 +1,19 @@
-"""Fetch progress: a rich bar on a terminal, JSON lines for logs, or nothing.
+"""Fetch progress: a rich bar on a terminal, JSON log lines for logs, or nothing.
 
 Fetchers and the orchestration report through the small `Progress` protocol; they never
-know which of these is on the other end.
+know which of these is on the other end. The bar is drawn only for a person: on a TTY,
+and not when JSON logs were asked for (`PODSERVE_LOG_FORMAT=json`), because a container
+started with `tty: true` has a TTY too and its log collector would get a bar's escape
+codes between JSON lines. The JSON lines have the server's log shape (`ts`, `level`,
+`logger`, `msg`), so one pipeline parses both.
 """
 
 from __future__ import annotations
 
 import enum
 import sys
+import time
+from collections.abc import Callable
 from typing import IO, Protocol
 
 import orjson
@@ -71,22 +77,52 @@ class NullProgress:
         pass
 
 
+def json_log_line(
+    logger: str,
+    msg: str,
+    fields: dict[str, object],
+    *,
+    level: str = "info",
+    wall_s: float | None = None,
+) -> str:
+    """One line in the shape of podserve's JSON logs (obs/logging.py's JsonFormatter):
+    `ts`, `level`, `logger`, `msg`, then the fields."""
+    now_s = time.time() if wall_s is None else wall_s
+    ts = (
+        time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now_s)) + f".{int(now_s * 1000) % 1000:03d}Z"
+    )
+    record = {"ts": ts, "level": level, "logger": logger, "msg": msg, **fields}
+    return orjson.dumps(record, default=str).decode() + "\n"
+
+
+def wants_bar(stream: IO[str], log_format: str | None) -> bool:
+    """`auto` mode: a bar only on a terminal, and never when JSON logs were asked for."""
+    return log_format != "json" and stream.isatty()
+
+
 class JsonLinesProgress:
-    """One JSON object a line. Byte counts are throttled to one line per file per
+    """One JSON log line per event. Byte counts are throttled to one line per file per
     `interval_s`, so a multi-GB download does not flood the pod's log."""
 
     def __init__(
-        self, stream: IO[str], *, interval_s: float = 1.0, clock: Clock = MONOTONIC
+        self,
+        stream: IO[str],
+        *,
+        interval_s: float = 1.0,
+        clock: Clock = MONOTONIC,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self._stream = stream
         self._interval_s = interval_s
         self._clock = clock
+        self._wall = wall
         self._done: dict[str, int] = {}
         self._total: dict[str, int | None] = {}
         self._last_emit_s: dict[str, float] = {}
 
     def _emit(self, record: dict[str, object]) -> None:
-        self._stream.write(orjson.dumps(record).decode() + "\n")
+        msg = str(record["event"]).replace("_", " ")
+        self._stream.write(json_log_line("podserve.fetch", msg, record, wall_s=self._wall()))
         self._stream.flush()
 
     def phase(self, phase: Phase, detail: str) -> None:
@@ -169,11 +205,14 @@ class RichProgress:
         self._bar.stop()
 
 
-def progress_for(mode: str, stream: IO[str] | None = None) -> Progress:
-    """`auto` picks the bar on a terminal and JSON lines otherwise."""
+def progress_for(
+    mode: str, stream: IO[str] | None = None, *, log_format: str | None = None
+) -> Progress:
+    """`auto` picks the bar on a terminal (unless `log_format` is `json`), JSON log lines
+    otherwise."""
     out = stream if stream is not None else sys.stderr
     if mode == "auto":
-        mode = "rich" if out.isatty() else "json"
+        mode = "rich" if wants_bar(out, log_format) else "json"
     if mode == "rich":
         return RichProgress(Console(file=out))
     if mode == "json":
