@@ -19,7 +19,11 @@ LIVENESS_PATH = "/healthz"
 READINESS_PATH = "/ready"
 METRICS_PATH = "/metrics"
 
-PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+# Pinned by digest like every image podserve renders (the multi-arch index of pause:3.10).
+PAUSE_IMAGE = (
+    "registry.k8s.io/pause:3.10"
+    "@sha256:ee6521f290b2168b6e0935a181d4cff9be1ac3f505666ef0e3c98fae8199917a"
+)
 
 # Labels.
 NAME_LABEL = "app.kubernetes.io/name"

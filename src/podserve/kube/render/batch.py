@@ -9,6 +9,7 @@ from typing import Any
 
 from podserve.config.model_service import BatchJob, ModelService
 from podserve.kube.plan import Plan
+from podserve.kube.render.checkov import checkov_skips, fetch_pod_reasons
 from podserve.kube.render.placement import (
     gpu_tolerations,
     node_affinity,
@@ -107,7 +108,9 @@ def batch_objects(service: ModelService, plan: Plan) -> list[Manifest]:
                 {
                     "apiVersion": "batch/v1",
                     "kind": "Job",
-                    "metadata": metadata(service, name, "batch"),
+                    "metadata": metadata(
+                        service, name, "batch", None, checkov_skips(fetch_pod_reasons(service))
+                    ),
                     "spec": _job_spec(service, plan, job),
                 }
             )
@@ -116,7 +119,9 @@ def batch_objects(service: ModelService, plan: Plan) -> list[Manifest]:
                 {
                     "apiVersion": "batch/v1",
                     "kind": "CronJob",
-                    "metadata": metadata(service, name, "batch"),
+                    "metadata": metadata(
+                        service, name, "batch", None, checkov_skips(fetch_pod_reasons(service))
+                    ),
                     "spec": {
                         "schedule": job.schedule,
                         "concurrencyPolicy": "Forbid",

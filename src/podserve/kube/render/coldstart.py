@@ -10,6 +10,7 @@ from typing import Any
 from podserve.config.model_service import ModelService
 from podserve.kube import conventions as c
 from podserve.kube.plan import Plan
+from podserve.kube.render.checkov import checkov_skips, fetch_pod_reasons
 from podserve.kube.render.placement import (
     gpu_affinity,
     gpu_tolerations,
@@ -57,16 +58,6 @@ def _placement(service: ModelService) -> dict[str, Any]:
     return placed
 
 
-def checkov_skips(reasons: dict[str, str]) -> dict[str, str]:
-    """checkov's own suppression annotations, `checkov.io/skipN: <check>=<reason>`
-    (bridgecrewio/checkov docs/2.Basics/Suppressing and Skipping Policies.md), so a scan
-    shows each skip with why it does not apply."""
-    return {
-        f"checkov.io/skip{index}": f"{check}={reason}"
-        for index, (check, reason) in enumerate(sorted(reasons.items()), start=1)
-    }
-
-
 def deny_policy(service: ModelService, name: str, track: str, *, egress: bool) -> Manifest:
     """A NetworkPolicy selecting an auxiliary pod with no ingress rule (nothing may connect
     to it); with `egress` False it may not connect anywhere either."""
@@ -110,13 +101,7 @@ def prepull_daemonset(service: ModelService) -> Manifest:
         volumes.append(volume)
         # The serving pods run the same two steps; here they fill the node ahead of them.
         init += fetch_steps(service, spec.model, spec.image)
-        skips["CKV_K8S_23"] = (
-            "cache-owner runs chown as root (CAP_CHOWN only): hostPath is root-owned"
-        )
-        skips["CKV_K8S_40"] = "cache-owner runs chown as uid 0; every other container is 10001"
-        skips["CKV_K8S_6"] = (
-            "cache-owner runs chown as root (CAP_CHOWN only): hostPath is root-owned"
-        )
+        skips.update(fetch_pod_reasons(service))
     else:
         # Running the image once is what makes the kubelet pull it.
         init.append(

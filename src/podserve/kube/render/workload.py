@@ -8,6 +8,7 @@ from typing import Any
 from podserve.config.model_service import ModelService
 from podserve.kube import conventions as c
 from podserve.kube.plan import STARTUP_PERIOD_S, Plan, startup_failure_threshold
+from podserve.kube.render.checkov import checkov_skips, fetch_pod_reasons
 from podserve.kube.render.pod import serving_pod_template
 from podserve.kube.render.variant import Variant, metadata
 from podserve.kube.types import Manifest
@@ -37,7 +38,9 @@ def _claim_template(service: ModelService) -> dict[str, Any]:
 def workload(service: ModelService, variant: Variant, plan: Plan) -> Manifest:
     spec = service.spec
     kind = spec.workload
-    annotations = {c.SPARE_GPU: "true"} if plan.spare_gpu and spec.gpu.count else None
+    annotations = checkov_skips(fetch_pod_reasons(service))
+    if plan.spare_gpu and spec.gpu.count:
+        annotations[c.SPARE_GPU] = "true"
     body: dict[str, Any] = {}
     if variant.fixed_replicas is not None:
         # Omitted when an autoscaler owns the count, so `kubectl apply` never resets it.
