@@ -9,8 +9,8 @@ against the real one live elsewhere.
 Models:
 - "echo": returns every input unchanged (or only the requested outputs, by input name).
 - "double": returns every input doubled (numbers * 2, BYTES repeated twice, BOOL as is).
-- "wait": never finishes by itself; it waits for `disconnected` and then raises
-  `Cancelled`, as the real data plane promises to.
+- "wait": never finishes by itself; it records when its task is cancelled, the data
+  plane's one cancellation contract.
 Any model raises `fail_with` when the test sets it.
 """
 
@@ -21,12 +21,21 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from podserve.core.errors import Cancelled, InvalidInput, ModelNotFound
+from podserve.core.errors import InvalidInput, ModelNotFound
 from podserve.core.tensors import Datatype, InferRequest, InferResponse, Tensor, TensorSpec
 from podserve.core.triton import BatchStatistics, Duration, ModelConfigView, ModelStatistics
-from podserve.dataplane.types import HealthReport, ModelMetadata, RepositoryEntry, ServerMetadata
+from podserve.dataplane.types import (
+    CallContext,
+    GenerateRequest,
+    Generation,
+    HealthReport,
+    ModelMetadata,
+    RepositoryEntry,
+    ServerMetadata,
+)
 
 MODELS = ("echo", "double", "wait")
+_NO_CALL = CallContext()
 
 
 @dataclass
@@ -42,13 +51,13 @@ class FakeDataPlane:
     # Records, for assertions.
     requests: list[InferRequest] = field(default_factory=list)
     endpoints: list[str] = field(default_factory=list)
+    calls: list[CallContext] = field(default_factory=list)
+    recorded: list[tuple[str, str, str]] = field(default_factory=list)
     loads: list[str] = field(default_factory=list)
     unloads: list[str] = field(default_factory=list)
-    # Set when a "wait" request has reached the data plane / has seen its disconnect.
+    # Set when a "wait" request has reached the data plane / has been cancelled.
     wait_started: asyncio.Event = field(default_factory=asyncio.Event)
     disconnect_seen: asyncio.Event = field(default_factory=asyncio.Event)
-    # Set if the edge threw CancelledError into infer instead of signalling `disconnected`.
-    infer_was_cancelled: bool = False
     response_parameters: dict[str, object] = field(default_factory=dict)
 
     # ---------------------------------------------------------------- health and metadata
@@ -69,6 +78,18 @@ class FakeDataPlane:
     def _known(self, name: str) -> None:
         if name not in self.states:
             raise ModelNotFound(f"model {name!r} is unknown")
+
+    def check_model(self, name: str, version: str | None = None) -> None:
+        self._known(name)
+
+    def served_model_names(self) -> list[str]:
+        return sorted(n for n, state in self.states.items() if state == "READY")
+
+    def record_request(self, model: str, endpoint: str, code: str, duration_s: float) -> None:
+        self.recorded.append((model, endpoint, code))
+
+    async def generate(self, request: GenerateRequest, call: CallContext = _NO_CALL) -> Generation:
+        raise InvalidInput("the fake data plane generates no text")
 
     def model_ready(self, name: str, version: str | None = None) -> bool:
         self._known(name)
@@ -126,20 +147,15 @@ class FakeDataPlane:
 
     # ---------------------------------------------------------------- inference
 
-    async def infer(
-        self,
-        request: InferRequest,
-        *,
-        endpoint: str,
-        disconnected: asyncio.Event | None = None,
-    ) -> InferResponse:
+    async def infer(self, request: InferRequest, call: CallContext = _NO_CALL) -> InferResponse:
         self.requests.append(request)
-        self.endpoints.append(endpoint)
+        self.endpoints.append(call.endpoint)
+        self.calls.append(call)
         if self.fail_with is not None:
             raise self.fail_with
         self._known(request.model_name)
         if request.model_name == "wait":
-            return await self._wait(disconnected)
+            return await self._wait()
         inputs = request.input_map()
         outputs = [self._compute(request.model_name, t) for t in request.inputs]
         if request.outputs:
@@ -156,16 +172,14 @@ class FakeDataPlane:
             parameters=dict(self.response_parameters),
         )
 
-    async def _wait(self, disconnected: asyncio.Event | None) -> InferResponse:
-        assert disconnected is not None, "the edge must pass a disconnected event"
+    async def _wait(self) -> InferResponse:
         self.wait_started.set()
         try:
-            await disconnected.wait()
+            await asyncio.Event().wait()  # only cancellation ends it
         except asyncio.CancelledError:
-            self.infer_was_cancelled = True
+            self.disconnect_seen.set()
             raise
-        self.disconnect_seen.set()
-        raise Cancelled("client went away")
+        raise AssertionError("unreachable")
 
     @staticmethod
     def _compute(model: str, tensor: Tensor) -> Tensor:

@@ -17,7 +17,7 @@ from tritonclient.grpc import InferInput, InferResult
 from tritonclient.grpc import service_pb2 as triton_pb
 from tritonclient.grpc._utils import _get_inference_request  # what the client really sends
 
-from podserve.core.errors import InvalidInput
+from podserve.core.errors import InferenceFailed, InvalidInput
 from podserve.core.tensors import Datatype, InferResponse, Tensor
 from podserve.server.grpc._generated import inference_pb2 as pb
 from podserve.server.grpc.codec import (
@@ -103,7 +103,7 @@ def test_request_from_tritonclients_encoder_round_trips(inputs: list[Tensor]) ->
         timeout=None,
         parameters=None,
     )
-    decoded = decode_infer_request(ours(message), request_id=None, deadline_s=None)
+    decoded = decode_infer_request(ours(message), request_id=None)
     assert [t.name for t in decoded.inputs] == [t.name for t in inputs]
     for got, want in zip(decoded.inputs, inputs, strict=True):
         assert got.datatype is want.datatype
@@ -132,7 +132,7 @@ def test_typed_contents_decode_to_the_same_tensor(tensor: Tensor) -> None:
     message = pb.ModelInferRequest(model_name="m")
     item = message.inputs.add(name="t", datatype=tensor.datatype.value, shape=tensor.shape)
     getattr(item.contents, TYPED_FIELD[tensor.datatype]).extend(tensor.data.reshape(-1).tolist())
-    decoded = decode_infer_request(message, request_id=None, deadline_s=None)
+    decoded = decode_infer_request(message, request_id=None)
     assert_same(decoded.inputs[0].data, tensor)
 
 
@@ -149,12 +149,12 @@ def test_request_fields_and_parameters_are_decoded() -> None:
     wanted = message.outputs.add(name="out")
     wanted.parameters["classification"].int64_param = 3
 
-    decoded = decode_infer_request(message, request_id="rid", deadline_s=12.5)
+    decoded = decode_infer_request(message, request_id="rid")
 
     assert decoded.model_name == "m"
     assert decoded.model_version == "3"
     assert decoded.id == "rid"
-    assert decoded.deadline_s == 12.5
+    assert decoded.deadline_s is None  # the data plane computes deadlines
     assert decoded.parameters == {
         "timeout": 1500,
         "priority": 2**63,
@@ -170,7 +170,7 @@ def test_request_fields_and_parameters_are_decoded() -> None:
 
 def test_empty_version_means_none() -> None:
     message = pb.ModelInferRequest(model_name="m")
-    assert decode_infer_request(message, request_id=None, deadline_s=None).model_version is None
+    assert decode_infer_request(message, request_id=None).model_version is None
 
 
 @pytest.mark.parametrize(
@@ -212,7 +212,7 @@ def test_response_bytes_accept_str_and_numpy_string_arrays() -> None:
 
 def test_response_refuses_data_that_does_not_match_its_datatype() -> None:
     wrong = Tensor("o", Datatype.FP32, np.zeros(2, dtype=np.float64))
-    with pytest.raises(TypeError, match=r"'o'.*float64.*FP32"):
+    with pytest.raises(InferenceFailed, match=r"'o'.*float64.*FP32"):
         encode_infer_response(InferResponse("m", (wrong,)), request_id=None)
 
 
@@ -271,22 +271,22 @@ REFUSALS = [
     (pb.ModelInferRequest(), "model_name is required"),
     (
         raw_request("FP32", [2, 2], b"\x00" * 15),
-        "input 'x': raw data has 15 bytes; shape [2, 2] of FP32 needs 16",
+        "input 'x': shape [2, 2] of FP32 needs 16 bytes of raw data, got 15",
     ),
     (
         raw_request("FP16", [3], b"\x00" * 4),
-        "input 'x': raw data has 4 bytes; shape [3] of FP16 needs 6",
+        "input 'x': shape [3] of FP16 needs 6 bytes of raw data, got 4",
     ),
     (raw_request("FP32", [-1], b""), "input 'x': shape [-1] has a negative dimension"),
     (raw_request("FLOAT", [1], b"\x00" * 4), "input 'x': unknown datatype 'FLOAT'"),
     (raw_request("INT8", [1], b"\x01", name=""), "input 0 has no name"),
     (
         raw_request("BYTES", [2], length(1) + b"a"),
-        "input 'x': 5 bytes of BYTES data cannot hold 2 elements",
+        "input 'x': shape needs 2 BYTES elements, the data holds 1",
     ),
     (
         raw_request("BYTES", [2], length(1) + b"a" + length(0) + b"junk"),
-        "input 'x': 4 bytes left over after the 2 BYTES elements",
+        "input 'x': BYTES data holds more than the 2 elements its shape needs (4 bytes left over)",
     ),
     (
         raw_request("BYTES", [1], length(9) + b"abc"),
@@ -298,7 +298,7 @@ REFUSALS = [
     ),
     (
         raw_request("BYTES", [2**40], b""),
-        "input 'x': 0 bytes of BYTES data cannot hold 1099511627776 elements",
+        "input 'x': shape needs 1099511627776 BYTES elements, the data holds 0",
     ),
     (two_inputs_one_raw(), "raw_input_contents has 1 entries for 2 inputs"),
     (raw_and_contents(), "input 'x' sets contents but the request uses raw_input_contents"),
@@ -335,19 +335,18 @@ REFUSALS = [
 @pytest.mark.parametrize(("message", "expected"), REFUSALS)
 def test_bad_requests_are_refused_naming_the_problem(message: Any, expected: str) -> None:
     with pytest.raises(InvalidInput, match=re.escape(expected)):
-        decode_infer_request(message, request_id=None, deadline_s=None)
+        decode_infer_request(message, request_id=None)
 
 
-def test_bool_raw_bytes_other_than_one_still_read_as_true() -> None:
-    decoded = decode_infer_request(
-        raw_request("BOOL", [3], b"\x00\x01\x07"), request_id=None, deadline_s=None
-    )
-    # Stored as canonical 0/1 bytes: a runtime that reads the buffer must not see 7.
-    assert decoded.inputs[0].data.view(np.uint8).tolist() == [0, 1, 1]
+def test_bool_raw_bytes_other_than_zero_or_one_are_refused_as_on_rest() -> None:
+    # The one raw codec (protocol/v2/raw.py): a BOOL byte of 7 is the same 400 on both
+    # edges; gRPC used to read it as True.
+    with pytest.raises(InvalidInput, match="BOOL raw data holds a byte other than 0 or 1"):
+        decode_infer_request(raw_request("BOOL", [3], b"\x00\x01\x07"), request_id=None)
 
 
 def test_zero_element_inputs_need_no_data() -> None:
     message = pb.ModelInferRequest(model_name="m")
     message.inputs.add(name="x", datatype="FP32", shape=[0, 3])
-    decoded = decode_infer_request(message, request_id=None, deadline_s=None)
+    decoded = decode_infer_request(message, request_id=None)
     assert decoded.inputs[0].data.shape == (0, 3)

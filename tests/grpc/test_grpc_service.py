@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -196,19 +195,18 @@ async def test_request_id_is_echoed(client: Client, fake: FakeDataPlane) -> None
     assert [r.id for r in fake.requests] == ["req-42", "hdr-7", made_id]
 
 
-async def test_client_deadline_becomes_the_request_deadline(
-    client: Client, fake: FakeDataPlane
-) -> None:
+async def test_client_deadline_reaches_the_data_plane(client: Client, fake: FakeDataPlane) -> None:
     x = infer_input("x", np.zeros(1, np.float32), "FP32")
-    before = time.monotonic()
     await client.infer("echo", [x], client_timeout=30)
     await client.infer("echo", [x])
-    with_deadline, without = fake.requests
-    assert with_deadline.deadline_s is not None
+    with_deadline, without = fake.calls
+    assert with_deadline.client_timeout_s is not None
     # gRPC rounds the timeout it puts on the wire up (to limit header churn), so the server
-    # may see up to ~0.1 s more than the client asked for; never less, never seconds more.
-    assert before + 29.9 <= with_deadline.deadline_s <= time.monotonic() + 31
-    assert without.deadline_s is None
+    # may see up to ~0.1 s more than the client asked for; never seconds more.
+    assert 25 <= with_deadline.client_timeout_s <= 31
+    assert without.client_timeout_s is None
+    # the data plane, not the codec, turns it into a deadline
+    assert [r.deadline_s for r in fake.requests] == [None, None]
 
 
 # ------------------------------------------------------------------------- errors
@@ -275,7 +273,7 @@ async def test_decoding_errors_are_invalid_argument(client: Client, fake: FakeDa
     x.set_shape([5])
     raised = await raises_status(client.infer("echo", [x]))
     assert raised.status() == "StatusCode.INVALID_ARGUMENT"
-    assert raised.message() == "input 'x': raw data has 16 bytes; shape [5] of FP32 needs 20"
+    assert raised.message() == "input 'x': shape [5] of FP32 needs 20 bytes of raw data, got 16"
     assert fake.requests == []  # refused before it reached the data plane
 
 
@@ -330,7 +328,9 @@ async def test_repository_name_must_be_empty(grpc_port: int) -> None:
 # ------------------------------------------------------------------------- disconnects
 
 
-async def test_client_cancel_sets_disconnected(client: Client, fake: FakeDataPlane) -> None:
+async def test_client_cancel_cancels_the_data_plane_call(
+    client: Client, fake: FakeDataPlane
+) -> None:
     x = infer_input("x", np.zeros(1, np.float32), "FP32")
     call = asyncio.ensure_future(client.infer("wait", [x]))
     await asyncio.wait_for(fake.wait_started.wait(), timeout=10)
@@ -338,18 +338,18 @@ async def test_client_cancel_sets_disconnected(client: Client, fake: FakeDataPla
     with pytest.raises(asyncio.CancelledError):
         await call
     await asyncio.wait_for(fake.disconnect_seen.wait(), timeout=10)
-    # The data plane got the signal it was promised, not a CancelledError mid-queue.
-    assert not fake.infer_was_cancelled
+    assert fake.recorded == [("wait", INFER_ENDPOINT, "499")]
 
 
-async def test_client_deadline_sets_disconnected(client: Client, fake: FakeDataPlane) -> None:
+async def test_client_deadline_cancels_the_data_plane_call(
+    client: Client, fake: FakeDataPlane
+) -> None:
     x = infer_input("x", np.zeros(1, np.float32), "FP32")
     raised = await raises_status(client.infer("wait", [x], client_timeout=0.2))
     assert raised.status() == "StatusCode.DEADLINE_EXCEEDED"
     await asyncio.wait_for(fake.disconnect_seen.wait(), timeout=10)
-    assert not fake.infer_was_cancelled
-    (request,) = fake.requests
-    assert request.deadline_s is not None
+    (call,) = fake.calls
+    assert call.client_timeout_s is not None
 
 
 async def test_stream_answers_in_completion_order_and_leaving_disconnects(
@@ -379,7 +379,6 @@ async def test_stream_answers_in_completion_order_and_leaving_disconnects(
     assert fake.endpoints[0] == STREAM_INFER_ENDPOINT
     responses.cancel()  # the client leaves with "slow" still running
     await asyncio.wait_for(fake.disconnect_seen.wait(), timeout=10)
-    assert not fake.infer_was_cancelled
 
 
 async def test_model_config_and_statistics(client: Client, fake: FakeDataPlane) -> None:

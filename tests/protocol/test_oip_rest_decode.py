@@ -248,7 +248,7 @@ ERRORS: list[tuple[str, Any, bytes | None, str]] = [
         "binary size mismatch",
         _binary_input(8, [3]),
         bytes(8),
-        r"input 'x': shape \[3\] of FP32 needs 12 bytes .* gives 8",
+        r"input 'x': shape \[3\] of FP32 needs 12 bytes of raw data, got 8",
     ),
     (
         "truncated body",
@@ -290,7 +290,7 @@ ERRORS: list[tuple[str, Any, bytes | None, str]] = [
         "BOOL byte not 0/1",
         _binary_input(2, [2], "BOOL"),
         b"\x01\x02",
-        r"BOOL binary data holds a byte other than 0 or 1",
+        r"BOOL raw data holds a byte other than 0 or 1",
     ),
     (
         "BYTES truncated length prefix",
@@ -308,7 +308,7 @@ ERRORS: list[tuple[str, Any, bytes | None, str]] = [
         "BYTES too few",
         _binary_input(5, [2], "BYTES"),
         b"\x01\x00\x00\x00a",
-        r"shape needs 2 BYTES elements, binary data holds 1",
+        r"shape needs 2 BYTES elements, the data holds 1",
     ),
     (
         "BYTES too many",

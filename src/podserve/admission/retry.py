@@ -46,3 +46,9 @@ class DrainRateEstimator:
             return int(self._min_s)
         estimate = queued / self._rate_per_s
         return math.ceil(min(self._max_s, max(self._min_s, estimate)))
+
+
+def retry_after_header(retry_after_s: float) -> str:
+    """The one Retry-After formatter (HTTP header and gRPC trailing metadata alike):
+    whole seconds, rounded up, at least 1 (RFC 9110 §10.2.3 takes delay-seconds)."""
+    return str(max(1, math.ceil(retry_after_s)))

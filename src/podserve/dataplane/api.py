@@ -1,18 +1,20 @@
-"""The contract between the edges (REST, gRPC) and the data plane.
+"""The data plane's public surface, as a protocol: what every edge (REST, gRPC, the
+stream consumer, a test double) may call. `DataPlane` implements it.
 
-Every method raises only `podserve.core.errors` exceptions; the edges map them to
-status codes. `infer` does admission, drain accounting, deadlines and metrics itself,
-so both edges get identical behaviour.
+Every method raises only `podserve.core.errors` exceptions; the edges map them to status
+codes once. Cancellation is task cancellation (see `CallContext`).
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import Protocol
 
 from podserve.core.tensors import InferRequest, InferResponse
 from podserve.core.triton import ModelStatistics
 from podserve.dataplane.types import (
+    CallContext,
+    GenerateRequest,
+    Generation,
     HealthReport,
     ModelConfigView,
     ModelMetadata,
@@ -26,20 +28,26 @@ class DataPlaneAPI(Protocol):
     def ready(self) -> HealthReport: ...
     def startup(self) -> HealthReport: ...
     def server_metadata(self) -> ServerMetadata: ...
+    def check_model(self, name: str, version: str | None = None) -> None:
+        """Raise ModelNotFound for an unknown model or version."""
+        ...
+
     def model_ready(self, name: str, version: str | None = None) -> bool:
         """True when loaded and serving; raises ModelNotFound for an unknown name."""
         ...
 
     def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata: ...
-    async def infer(
-        self,
-        request: InferRequest,
-        *,
-        endpoint: str,
-        disconnected: asyncio.Event | None = None,
-    ) -> InferResponse:
-        """Run one request. `disconnected` is set by the edge when the client goes away;
-        the request is then cancelled (dropped if queued) and `Cancelled` is raised."""
+    def served_model_names(self) -> list[str]: ...
+    async def infer(self, request: InferRequest, call: CallContext = ...) -> InferResponse:
+        """Run one tensor request: drain, deadline, admission, accounting included."""
+        ...
+
+    async def generate(self, request: GenerateRequest, call: CallContext = ...) -> Generation:
+        """Admit a generation request (all sequences or none) before returning."""
+        ...
+
+    def record_request(self, model: str, endpoint: str, code: str, duration_s: float) -> None:
+        """Count one finished request by its final status."""
         ...
 
     def model_config(self, name: str, version: str | None = None) -> ModelConfigView:

@@ -1,42 +1,61 @@
-"""The data plane: what an inference request goes through once decoded, whatever the
-transport. REST and gRPC both call `DataPlane`, so drain, admission, deadlines and
-metrics behave identically on both."""
+"""The data plane: what a request goes through once decoded, whatever the transport.
+
+REST, gRPC and in-process callers (the stream consumer) call the methods of `DataPlane`
+with typed requests (`core.tensors.InferRequest`, `dataplane.types.GenerateRequest`)
+and a `CallContext`, and get typed results or a `core.errors` exception. Everything that
+must behave the same on every edge happens here, once:
+
+- drain: refuse new work after SIGTERM (counted as `rejected{reason="draining"}`), count
+  what is in flight so the drain can wait for it;
+- deadlines (`dataplane/deadlines.py`): request parameter, header, transport deadline,
+  model and server defaults;
+- admission: the worker's own (queue bound, rows, declared inputs) for tensors, and
+  `EngineClient.admit` for generation, both before any byte of a response;
+- cancellation: task cancellation (see `CallContext`);
+- accounting: rejections by reason, request totals and durations by final status,
+  payload logging.
+
+The edges decode, call one method, encode. They never reach the repository, the
+settings or the metrics registry: what they need is a method here.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Coroutine
-from typing import Any
+from dataclasses import dataclass
 
 import podserve
 from podserve.config.settings import ServerSettings
 from podserve.core.clock import Clock
 from podserve.core.errors import (
-    Cancelled,
     DeadlineExceeded,
     Draining,
     InvalidInput,
-    ModelNotFound,
-    PodserveError,
     Unavailable,
 )
+from podserve.core.health import HealthReport
 from podserve.core.tensors import InferRequest, InferResponse
-from podserve.core.triton import ModelStatistics
+from podserve.core.triton import ModelConfigView, ModelStatistics
 from podserve.dataplane import triton
+from podserve.dataplane.deadlines import deadline_s
 from podserve.dataplane.streams import GenerationStream
 from podserve.dataplane.types import (
-    HealthReport,
-    ModelConfigView,
+    CallContext,
+    GenerateRequest,
+    Generation,
     ModelMetadata,
     RepositoryEntry,
     ServerMetadata,
 )
-from podserve.generation.sampling import SamplingParams
-from podserve.generation.service import GenerativeWorker
+from podserve.engine import Worker
 from podserve.lifecycle import Lifecycle
-from podserve.obs.metrics import Metrics
+from podserve.obs.collector import (
+    GenerationState,
+    ModelServingState,
+    ServingState,
+)
+from podserve.obs.metrics import EXPOSITION_CONTENT_TYPE, Metrics
 from podserve.obs.payloads import PayloadLogger
 from podserve.repository import ModelRepository, ModelState
 
@@ -49,6 +68,15 @@ EXTENSIONS = (
     "model_configuration",
     "statistics",
 )
+_NO_CONTEXT = CallContext()
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeLimits:
+    """The few settings an edge applies itself, before the data plane sees a request."""
+
+    max_body_bytes: int
+    access_log_sample_rate: float
 
 
 class DataPlane:
@@ -62,212 +90,264 @@ class DataPlane:
         clock: Clock,
         payloads: PayloadLogger | None = None,
     ) -> None:
-        self.payloads = payloads
-        self.settings = settings
-        self.repository = repository
-        self.lifecycle = lifecycle
-        self.metrics = metrics
+        self._settings = settings
+        self._repository = repository
+        self._lifecycle = lifecycle
+        self._metrics = metrics
         self._clock = clock
+        self._payloads = payloads
+        self.edge = EdgeLimits(
+            max_body_bytes=settings.max_body_bytes,
+            access_log_sample_rate=settings.access_log_sample_rate,
+        )
 
     # --- health ----------------------------------------------------------------------
     def live(self) -> HealthReport:
-        return self.lifecycle.live()
+        return self._lifecycle.live()
 
     def ready(self) -> HealthReport:
-        report = self.lifecycle.ready()
-        self.metrics.ready.set(1 if report.ok else 0)
-        return report
+        return self._lifecycle.ready()
 
     def startup(self) -> HealthReport:
-        return self.lifecycle.startup()
+        return self._lifecycle.startup()
 
     # --- metadata --------------------------------------------------------------------
     def server_metadata(self) -> ServerMetadata:
         return ServerMetadata(name="podserve", version=podserve.__version__, extensions=EXTENSIONS)
 
+    def check_model(self, name: str, version: str | None = None) -> None:
+        """Raise ModelNotFound for an unknown model or version (an edge calls this to
+        answer 404 before a body costs any decoding)."""
+        self._repository.entry(name, version)
+
     def model_ready(self, name: str, version: str | None = None) -> bool:
-        return self.repository.entry(name, version).state is ModelState.READY
+        return self._repository.entry(name, version).state is ModelState.READY
 
     def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata:
-        entry = self.repository.entry(name, version)
+        entry = self._repository.entry(name, version)
         config = entry.config
         worker = entry.worker
-        if isinstance(worker, GenerativeWorker):
-            inputs, outputs = worker.model_inputs, worker.model_outputs
-        else:
-            inputs = worker.model.inputs if worker else config.input_specs()
-            outputs = worker.model.outputs if worker else config.output_specs()
         return ModelMetadata(
             name=config.name,
-            versions=tuple(self.repository.versions(name)),
+            versions=tuple(self._repository.versions(name)),
             platform=config.platform or config.runtime,
-            inputs=inputs,
-            outputs=outputs,
+            inputs=worker.inputs if worker else config.input_specs(),
+            outputs=worker.outputs if worker else config.output_specs(),
+        )
+
+    def served_model_names(self) -> list[str]:
+        """Models a client may name now: the loaded ones, or every known one with
+        autoload (OpenAI's `/v1/models`)."""
+        autoload = self._settings.autoload
+        return sorted(
+            {e.name for e in self._repository.entries() if autoload or e.state is ModelState.READY}
         )
 
     # --- inference -------------------------------------------------------------------
-    def deadline_for(self, request: InferRequest, header_timeout_ms: str | None) -> float | None:
-        """The absolute deadline from, in order: the `timeout` parameter (seconds, as
-        KServe), the x-request-timeout-ms header, the model's then the server's default."""
-        timeout_s: float | None = None
-        raw = request.parameters.get("timeout")
-        if raw is not None:
-            timeout_s = _positive_float(raw, "parameters.timeout (seconds)")
-        elif header_timeout_ms is not None:
-            timeout_s = _positive_float(header_timeout_ms, "x-request-timeout-ms header") / 1000
-        else:
-            with contextlib.suppress(ModelNotFound):
-                entry = self.repository.entry(request.model_name, request.model_version)
-                timeout_s = entry.config.limits.default_timeout_s
-            timeout_s = timeout_s or self.settings.default_timeout_s
-        if request.deadline_s is not None:
-            # A transport deadline (gRPC) is already absolute; keep the earlier of both.
-            own = None if timeout_s is None else self._clock.now_s() + timeout_s
-            return request.deadline_s if own is None else min(own, request.deadline_s)
-        return None if timeout_s is None else self._clock.now_s() + timeout_s
-
-    async def infer(
-        self,
-        request: InferRequest,
-        *,
-        endpoint: str,
-        disconnected: asyncio.Event | None = None,
-        request_id: str | None = None,
-    ) -> InferResponse:
+    async def infer(self, request: InferRequest, call: CallContext = _NO_CONTEXT) -> InferResponse:
+        """Run one tensor request. Raises only `core.errors` exceptions (and
+        CancelledError when the caller cancels)."""
         model = request.model_name
-        if self.lifecycle.draining:
-            self._reject(model, "draining")
-            raise Draining()
-        self.lifecycle.request_started()
+        self._refuse_if_draining(model)
+        entry = self._repository.entry(model, request.model_version)
+        deadline = deadline_s(
+            now_s=self._clock.now_s(),
+            parameters=request.parameters,
+            timeout_ms=call.timeout_ms,
+            client_timeout_s=call.client_timeout_s,
+            default_timeout_s=entry.config.limits.default_timeout_s
+            or self._settings.default_timeout_s,
+        )
+        if request.deadline_s is not None:  # an in-process caller's own
+            deadline = request.deadline_s if deadline is None else min(deadline, request.deadline_s)
+        if deadline != request.deadline_s:
+            request = _with_deadline(request, deadline)
+        self._lifecycle.request_started()
         try:
+            worker = await self._acquire(model, request.model_version)
             try:
-                worker = await self.repository.acquire_worker(model, request.model_version)
-            except Unavailable as exc:
-                self._reject(model, exc.reason)
-                raise
-            if isinstance(worker, GenerativeWorker):
-                raise InvalidInput(
-                    f"model {model!r} generates text: use /v1/completions or /v1/chat/completions"
-                )
-            try:
-                if disconnected is None:
-                    response = await worker.infer(request)
-                else:
-                    response = await _race_disconnect(worker.infer(request), disconnected)
+                response = await worker.infer(request)
             except Unavailable as exc:
                 self._reject(model, exc.reason)
                 raise
             except DeadlineExceeded:
                 self._reject(model, "deadline")
                 raise
-            if self.payloads is not None:
-                self.payloads.offer(request, response, request_id or request.id or "", endpoint)
+            if self._payloads is not None:
+                self._payloads.offer(
+                    request, response, call.request_id or request.id or "", call.endpoint
+                )
             return response
         finally:
-            self.lifecycle.request_finished()
+            self._lifecycle.request_finished()
 
-    # --- generation --------------------------------------------------------------------
-    async def generative_worker(self, model: str) -> GenerativeWorker:
-        """The loaded generative model (loading it first with autoload)."""
-        if self.lifecycle.draining:
-            self._reject(model, "draining")
-            raise Draining()
-        try:
-            worker = await self.repository.acquire_worker(model)
-        except Unavailable as exc:
-            self._reject(model, exc.reason)
-            raise
-        if not isinstance(worker, GenerativeWorker):
+    async def generate(
+        self, request: GenerateRequest, call: CallContext = _NO_CONTEXT
+    ) -> Generation:
+        """Admit one generation request, all sequences or none, and return their token
+        streams. Every refusal (draining, unknown model, not generative, a prompt that
+        can never fit, a full queue) raises here, before the caller sends anything."""
+        model = request.model
+        self._refuse_if_draining(model)
+        worker = await self._acquire(model, request.version)
+        client = worker.generator
+        if client is None:
             raise InvalidInput(
                 f"model {model!r} is not a generative model; use /v2/models/{model}/infer"
             )
-        return worker
-
-    def generate(
-        self,
-        worker: GenerativeWorker,
-        prompt_ids: list[int],
-        sequences: list[SamplingParams],
-    ) -> list[GenerationStream]:
-        """Admit one generation request of one or more sequences (OpenAI's `n`: one
-        `SamplingParams` each), all or none, raising before any byte is sent; return a
-        token stream per sequence. Each counts as in flight for the drain until closed."""
-        if self.lifecycle.draining:
-            self._reject(worker.name, "draining")
-            raise Draining()
-        try:  # the sequences share the prompt and max_tokens: one check for all
-            worker.check(prompt_ids, sequences[0], copies=len(sequences))
+        if request.messages is not None:
+            prompt_ids = client.encode_chat(request.messages)
+        else:
+            prompt_ids = client.encode_prompt(request.prompt or "")
+        self._refuse_if_draining(model)  # the model may have loaded while the drain began
+        try:
+            sequences = client.admit(prompt_ids, request.sequences)
         except Unavailable as exc:
-            self._reject(worker.name, exc.reason)
+            self._reject(model, exc.reason)
             raise
         streams = []
-        for one in sequences:
-            self.lifecycle.request_started()
-            streams.append(
-                GenerationStream(worker.generate(prompt_ids, one), self.lifecycle.request_finished)
-            )
-        return streams
+        for sequence in sequences:
+            self._lifecycle.request_started()
+            streams.append(GenerationStream(sequence, self._lifecycle.request_finished))
+        return Generation(model, worker.version, len(prompt_ids), streams, client.token_text)
 
-    def refresh_generation_gauges(self) -> None:
-        for worker in self.repository.workers():
-            if isinstance(worker, GenerativeWorker):
-                worker.refresh_gauges()
+    def _refuse_if_draining(self, model: str) -> None:
+        if self._lifecycle.draining:
+            self._reject(model, "draining")
+            raise Draining()
+
+    async def _acquire(self, model: str, version: str | None) -> Worker:
+        try:
+            return await self._repository.acquire_worker(model, version)
+        except Unavailable as exc:
+            self._reject(model, exc.reason)
+            raise
 
     def _reject(self, model: str, reason: str) -> None:
-        self.metrics.rejected.labels(model, reason).inc()
+        self._metrics.rejected.labels(model, reason).inc()
+
+    # --- accounting --------------------------------------------------------------------
+    def record_request(self, model: str, endpoint: str, code: str, duration_s: float) -> None:
+        """Count one finished request by its final status (`code`: the HTTP status, or
+        its equivalent for other edges). Only known models become label values: a typo
+        in a URL must not mint a series."""
+        label = model if self._repository.knows(model) else ""
+        self._metrics.requests.labels(label, endpoint, code).inc()
+        self._metrics.request_duration.labels(label, endpoint).observe(duration_s)
+
+    def metrics_exposition(self) -> tuple[bytes, str]:
+        """The Prometheus text exposition and its content type."""
+        return self._metrics.render(), EXPOSITION_CONTENT_TYPE
+
+    def serving_state(self) -> ServingState:
+        """What the state gauges report, read at scrape time (`obs/collector.py`)."""
+        models = []
+        for entry in self._repository.entries():
+            worker = entry.worker
+            if worker is None:
+                models.append(ModelServingState(entry.name, entry.version, loaded=False))
+                continue
+            generation = None
+            if worker.generator is not None:
+                stats = worker.generator.stats()
+                generation = GenerationState(
+                    running=stats.num_running,
+                    waiting=stats.num_waiting,
+                    kv_usage_ratio=stats.kv_usage_ratio,
+                    preemptions_total=stats.num_preemptions,
+                )
+            models.append(
+                ModelServingState(
+                    entry.name,
+                    entry.version,
+                    loaded=entry.state is ModelState.READY,
+                    queue_depth=worker.queue_depth,
+                    inflight=worker.inflight,
+                    generation=generation,
+                )
+            )
+        return ServingState(
+            ready=self._lifecycle.ready().ok,
+            draining=self._lifecycle.draining,
+            memory_bytes=self._repository.used_bytes(),
+            models=tuple(models),
+        )
 
     # --- repository extension --------------------------------------------------------
     def repository_index(self, ready_only: bool = False) -> list[RepositoryEntry]:
         rows = []
-        for entry in self.repository.entries():
+        for entry in self._repository.entries():
             if ready_only and entry.state is not ModelState.READY:
                 continue
             state = "UNAVAILABLE" if entry.state is ModelState.FAILED else entry.state.value
             rows.append(RepositoryEntry(entry.name, entry.config.version, state, entry.error or ""))
         return rows
 
+    async def load_model(self, name: str) -> None:
+        if self._lifecycle.draining:
+            raise Draining()
+        await self._repository.load(name)
+
+    async def unload_model(self, name: str) -> None:
+        await self._repository.unload(name)
+
     # --- Triton's model configuration and statistics extensions ----------------------
     def model_config(self, name: str, version: str | None = None) -> ModelConfigView:
-        return triton.model_config(self.repository, name, version)
+        return triton.model_config(self._repository, name, version)
 
     def model_statistics(
         self, name: str | None = None, version: str | None = None
     ) -> list[ModelStatistics]:
-        return triton.model_statistics(self.repository, name, version)
+        return triton.model_statistics(self._repository, name, version)
 
-    async def load_model(self, name: str) -> None:
-        if self.lifecycle.draining:
-            raise Draining()
-        await self.repository.load(name)
+    # --- the process: loading, drain, shutdown -----------------------------------------
+    async def load_preloaded(self) -> None:
+        """Load every preload model, then mark loading finished (for /startup)."""
+        try:
+            await self._repository.load_preloaded()
+        finally:
+            self._lifecycle.loading_finished()
 
-    async def unload_model(self, name: str) -> None:
-        await self.repository.unload(name)
+    @property
+    def draining(self) -> bool:
+        return self._lifecycle.draining
+
+    @property
+    def inflight(self) -> int:
+        """Requests and generation streams admitted and not finished, on every edge."""
+        return self._lifecycle.inflight
+
+    def begin_drain(self) -> None:
+        """Refuse new work from now on (readiness fails at once)."""
+        self._lifecycle.begin_drain()
+
+    async def drain(self, timeout_s: float) -> int:
+        """Wait until nothing is in flight, at most `timeout_s`; return how many requests
+        were still in flight when it gave up (0: a clean drain), counted as cut."""
+        try:
+            await asyncio.wait_for(self._lifecycle.wait_empty(), timeout=timeout_s)
+        except TimeoutError:
+            cut = self._lifecycle.inflight
+            self._metrics.drain_cut.inc(cut)
+            return cut
+        return 0
+
+    def stop(self) -> None:
+        self._lifecycle.stop()
+
+    async def close(self) -> None:
+        """Flush what the data plane buffers (the payload log)."""
+        if self._payloads is not None:
+            await asyncio.to_thread(self._payloads.close)
 
 
-async def _race_disconnect(
-    work: Coroutine[Any, Any, InferResponse], gone: asyncio.Event
-) -> InferResponse:
-    """Run `work` until it finishes or the client goes; then cancel it (a queued request
-    leaves the queue at once)."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(gone.wait())
-    try:
-        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watcher.cancel()
-    if task.done():
-        return task.result()
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, PodserveError):
-        await task
-    raise Cancelled("client disconnected; request cancelled")
-
-
-def _positive_float(raw: object, what: str) -> float:
-    try:
-        value = float(raw)  # type: ignore[arg-type]  # validated right here
-    except (TypeError, ValueError):
-        raise InvalidInput(f"{what} must be a number, got {raw!r}") from None
-    if value <= 0:
-        raise InvalidInput(f"{what} must be positive, got {raw!r}")
-    return value
+def _with_deadline(request: InferRequest, deadline: float | None) -> InferRequest:
+    return InferRequest(
+        model_name=request.model_name,
+        inputs=request.inputs,
+        id=request.id,
+        model_version=request.model_version,
+        outputs=request.outputs,
+        parameters=request.parameters,
+        deadline_s=deadline,
+    )

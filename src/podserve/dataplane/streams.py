@@ -1,24 +1,22 @@
 """A generation's token stream, counted as in flight for the drain from admission until
 it is closed, whatever happens in between.
 
-An async generator would not do: one that never started (its consumer went away before
-the first `__anext__`, or a sibling sequence of the same request failed first) runs no
-`finally` when closed or collected, and the drain would wait for it until its timeout.
-This object ends its accounting exactly once: on exhaustion, on error, on `aclose()`,
-or, as a last resort, when it is garbage-collected unclosed.
+The engine's sequence was submitted at admission (`EngineClient.admit`), so this object
+must end both the sequence and the accounting exactly once: on exhaustion, on error, on
+`aclose()`, or, as a last resort, when it is garbage-collected unclosed (a consumer that
+went away before reading it, or a sibling sequence of the same request failed first).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import Callable
 
+from podserve.generation.client import TokenStream
 from podserve.generation.stream import TokenEvent
 
 
 class GenerationStream:
-    def __init__(
-        self, events: AsyncGenerator[TokenEvent, None], on_closed: Callable[[], None]
-    ) -> None:
+    def __init__(self, events: TokenStream, on_closed: Callable[[], None]) -> None:
         self._events = events
         self._on_closed: Callable[[], None] | None = on_closed
 
@@ -33,17 +31,20 @@ class GenerationStream:
             raise
 
     async def aclose(self) -> None:
+        self._close()
+
+    def _close(self) -> None:
         on_closed, self._on_closed = self._on_closed, None
         if on_closed is None:
             return
         try:
-            await self._events.aclose()  # aborts the sequence in the engine if it runs
+            self._events.close()  # aborts the sequence in the engine if it runs
         finally:
             on_closed()
 
     def __del__(self) -> None:
-        # Never iterated nor closed: nothing was submitted to the engine (that happens in
-        # the generator's body), so only the accounting is left to settle.
+        # Never read to its end nor closed: the sequence's own finaliser frees its engine
+        # slot on the loop; only the drain accounting is settled here.
         on_closed, self._on_closed = self._on_closed, None
         if on_closed is not None:
             on_closed()

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 from podserve.core.triton import ModelStatistics
 from podserve.dataplane.types import ModelConfigView
-from podserve.engine.model_worker import ModelWorker
 from podserve.engine.stats import StatsRecorder
 from podserve.generation.loading import GENERATIVE_RUNTIMES
-from podserve.generation.service import GenerativeWorker
 from podserve.repository import ModelEntry, ModelRepository, ModelState
 
 
@@ -20,12 +18,8 @@ def model_config(repository: ModelRepository, name: str, version: str | None) ->
     entry = repository.entry(name, version)
     config = entry.config
     worker = entry.worker
-    if isinstance(worker, GenerativeWorker):
-        inputs, outputs = worker.model_inputs, worker.model_outputs
-        batches = False
-    elif isinstance(worker, ModelWorker):
-        inputs, outputs = worker.model.inputs, worker.model.outputs
-        batches = worker.batching_enabled
+    if worker is not None:
+        inputs, outputs, batches = worker.inputs, worker.outputs, worker.dynamic_batching
     else:  # not loaded: what its model.yaml declares
         inputs, outputs = config.input_specs(), config.output_specs()
         batches = config.batching.enabled and config.runtime not in GENERATIVE_RUNTIMES
@@ -59,5 +53,6 @@ def model_statistics(
 
 def _statistics(entry: ModelEntry) -> ModelStatistics:
     worker = entry.worker
-    recorder = worker.stats if isinstance(worker, ModelWorker) else StatsRecorder()
-    return recorder.snapshot(entry.name, entry.version)
+    if worker is None:
+        return StatsRecorder().snapshot(entry.name, entry.version)
+    return worker.statistics()

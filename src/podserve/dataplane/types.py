@@ -1,20 +1,79 @@
-"""Messages the data plane returns to the edges (REST and gRPC alike)."""
+"""Messages between the edges (REST, gRPC, the stream consumer, any in-process caller)
+and the data plane. Typed and transport-free: no HTTP header or gRPC context crosses."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from podserve.core.health import HealthReport
 from podserve.core.tensors import TensorSpec
 from podserve.core.triton import ModelConfigView
+from podserve.dataplane.streams import GenerationStream
+from podserve.generation.sampling import SamplingParams
 
 __all__ = [
+    "CallContext",
+    "ChatMessage",
+    "GenerateRequest",
+    "Generation",
     "HealthReport",
     "ModelConfigView",
     "ModelMetadata",
     "RepositoryEntry",
     "ServerMetadata",
 ]
+
+ChatMessage = Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class CallContext:
+    """What an edge knows about one call besides its payload.
+
+    `timeout_ms` is the client's timeout as the edge received it outside the payload (the
+    `x-request-timeout-ms` header), unparsed: the data plane validates it. `client_timeout_s`
+    is the time the transport itself grants (a gRPC deadline, as `time_remaining()`), so
+    the data plane turns it into a deadline on its own clock.
+
+    Cancellation is task cancellation, for every caller: cancel the task awaiting
+    `DataPlane.infer` and a queued request leaves its queue at once (a running one
+    finishes on its thread and is dropped); close a `GenerationStream` and its sequence
+    is aborted, freeing its slot and KV cache.
+    """
+
+    endpoint: str = "inprocess"
+    request_id: str | None = None
+    timeout_ms: str | None = None
+    client_timeout_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GenerateRequest:
+    """One text-generation request: a prompt (text, or chat messages for the model's
+    chat template) and one `SamplingParams` per sequence to generate (OpenAI's `n`)."""
+
+    model: str
+    sequences: tuple[SamplingParams, ...]
+    prompt: str | None = None
+    messages: Sequence[ChatMessage] | None = None
+    version: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("a GenerateRequest has exactly one of prompt and messages")
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """An admitted generation: every sequence already holds its engine slot. Read each
+    stream to its end or close it; each counts as in flight for the drain until then."""
+
+    model: str
+    version: str
+    prompt_tokens: int
+    streams: list[GenerationStream]
+    token_text: Callable[[int], str]
 
 
 @dataclass(frozen=True, slots=True)

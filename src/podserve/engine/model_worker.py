@@ -38,9 +38,10 @@ from podserve.core.errors import (
     PodserveError,
     Unavailable,
 )
-from podserve.core.tensors import InferRequest, InferResponse
-from podserve.engine.executor import WorkerThreads
+from podserve.core.tensors import InferRequest, InferResponse, TensorSpec
+from podserve.core.triton import ModelStatistics
 from podserve.engine.stats import StatsRecorder
+from podserve.engine.threads import WorkerThreads
 from podserve.obs.metrics import ModelMetrics
 from podserve.runtimes.base import ModelAPI
 from podserve.runtimes.batch_call import Outcome, PhaseTimes, run_batch
@@ -152,6 +153,25 @@ class ModelWorker:
     def saturated(self) -> bool:
         return self._pressure.saturated
 
+    @property
+    def inputs(self) -> tuple[TensorSpec, ...]:
+        return self.model.inputs
+
+    @property
+    def outputs(self) -> tuple[TensorSpec, ...]:
+        return self.model.outputs
+
+    @property
+    def dynamic_batching(self) -> bool:
+        return self.batching_enabled
+
+    @property
+    def generator(self) -> None:
+        return None  # takes tensors; text generation is another worker's
+
+    def statistics(self) -> ModelStatistics:
+        return self.stats.snapshot(self.name, self.version)
+
     def longest_busy_s(self) -> float:
         return self._threads.longest_busy_s()
 
@@ -181,7 +201,6 @@ class ModelWorker:
         self._policy.add(key, rows, now)
         self._inflight += 1
         self._idle_event.clear()
-        self._metrics.inflight.inc()
         self._queue_changed()
         self._pump()
         try:
@@ -199,7 +218,6 @@ class ModelWorker:
             return response
         finally:
             self._inflight -= 1
-            self._metrics.inflight.dec()
             if self._inflight == 0:
                 self._idle_event.set()
 
@@ -258,9 +276,7 @@ class ModelWorker:
             self._queue_changed()
 
     def _queue_changed(self) -> None:
-        depth = self.queue_depth
-        self._metrics.queue_depth.set(depth)
-        self._pressure.update(depth / self.limits.max_queue)
+        self._pressure.update(self.queue_depth / self.limits.max_queue)
 
     # --- scheduling ------------------------------------------------------------------
     @property
@@ -368,7 +384,7 @@ class ModelWorker:
     # --- the worker thread -----------------------------------------------------------
     def _execute(self, job: _Batch) -> _BatchRun:
         job.started = True
-        if job.staged:  # its requests stop waiting: let the queue-depth gauge know now
+        if job.staged:  # its requests stop waiting: let the readiness pressure know now
             with contextlib.suppress(RuntimeError):  # the loop closed: the process exits
                 self._loop.call_soon_threadsafe(self._queue_changed)
         batch = job.items

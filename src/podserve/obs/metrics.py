@@ -5,15 +5,20 @@ Histograms, not summaries, so Prometheus can aggregate across pods. Latency buck
 owns its own registry, so tests can run several servers in one process.
 
 The request path uses `ModelMetrics`, which binds the label values once per model: a
-labelled child lookup costs more than the observation itself.
+labelled child lookup costs more than the observation itself. Gauges that mirror state
+(queue depth, in flight, loaded models, running and waiting sequences, KV usage, ready,
+draining) are not here: one collector reads them at scrape time (`obs/collector.py`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from podserve.obs.collector import ServingState, StateCollector
 
 LATENCY_BUCKETS_S = (
     0.001,
@@ -80,23 +85,11 @@ class Metrics:
             buckets=LATENCY_BUCKETS_S,
             registry=r,
         )
-        self.queue_depth = Gauge(
-            "podserve_queue_depth",
-            "Requests admitted and waiting for a batch.",
-            ["model"],
-            registry=r,
-        )
         self.queue_wait = Histogram(
             "podserve_queue_wait_seconds",
             "Time a request waited in the queue before running.",
             ["model"],
             buckets=LATENCY_BUCKETS_S,
-            registry=r,
-        )
-        self.inflight = Gauge(
-            "podserve_inflight_requests",
-            "Requests admitted and not yet answered (queued or running).",
-            ["model"],
             registry=r,
         )
         self.batch_size = Histogram(
@@ -132,12 +125,6 @@ class Metrics:
             buckets=LOAD_BUCKETS_S,
             registry=r,
         )
-        self.model_loaded = Gauge(
-            "podserve_model_loaded",
-            "1 when the model is loaded and serving.",
-            ["model", "version"],
-            registry=r,
-        )
         self.autoloads = Counter(
             "podserve_model_autoloads",
             "Loads triggered by a request for an unloaded model.",
@@ -148,11 +135,6 @@ class Metrics:
             "podserve_model_evictions",
             "Idle models unloaded to make room within the memory budget.",
             ["model"],
-            registry=r,
-        )
-        self.memory_used = Gauge(
-            "podserve_model_memory_bytes",
-            "Memory budget held by the loaded models.",
             registry=r,
         )
         self.device_errors = Counter(
@@ -215,63 +197,20 @@ class Metrics:
             ["model"],
             registry=r,
         )
-        self.running = Gauge(
-            "podserve_num_requests_running",
-            "Sequences in the running batch.",
-            ["model"],
-            registry=r,
-        )
-        self.waiting = Gauge(
-            "podserve_num_requests_waiting",
-            "Sequences waiting to join the batch.",
-            ["model"],
-            registry=r,
-        )
-        self.kv_usage = Gauge(
-            "podserve_kv_cache_usage_ratio",
-            "Fraction of the KV-cache token budget in use.",
-            ["model"],
-            registry=r,
-        )
-        self.preemptions = Gauge(
-            "podserve_num_preemptions",
-            "Sequences preempted (and recomputed) since start.",
-            ["model"],
-            registry=r,
-        )
-        # The names the Gateway API Inference Extension endpoint picker and common KEDA
-        # configurations read, so that existing routing and autoscaling work unchanged.
-        self.vllm_waiting = Gauge(
-            "vllm:num_requests_waiting",
-            "Alias of podserve_num_requests_waiting.",
-            ["model_name"],
-            registry=r,
-        )
-        self.vllm_running = Gauge(
-            "vllm:num_requests_running",
-            "Alias of podserve_num_requests_running.",
-            ["model_name"],
-            registry=r,
-        )
-        self.vllm_kv_usage = Gauge(
-            "vllm:kv_cache_usage_perc",
-            "Alias of podserve_kv_cache_usage_ratio (0..1).",
-            ["model_name"],
-            registry=r,
-        )
-        self.ready = Gauge("podserve_ready", "1 when /ready answers 200.", registry=r)
-        self.draining = Gauge("podserve_draining", "1 after SIGTERM, while draining.", registry=r)
         self.drain_cut = Counter(
             "podserve_drain_cut_requests",
             "Requests cut because drain_timeout expired.",
             registry=r,
         )
 
+    def watch(self, read: Callable[[], ServingState]) -> None:
+        """Export the gauges derived from state (queue depth, in flight, loaded models,
+        the engines' running and waiting sequences...), read at scrape time."""
+        self.registry.register(StateCollector(read))
+
     def for_model(self, model: str, endpoint: str = "v2") -> ModelMetrics:
         return ModelMetrics(
-            queue_depth=self.queue_depth.labels(model),
             queue_wait=self.queue_wait.labels(model),
-            inflight=self.inflight.labels(model),
             batch_size=self.batch_size.labels(model),
             compute_duration=self.compute_duration.labels(model),
             device_errors=self.device_errors.labels(model),
@@ -286,12 +225,6 @@ class Metrics:
             queue_time=self.gen_queue_time.labels(model),
             prompt_tokens=self.prompt_tokens.labels(model),
             generation_tokens=self.generation_tokens.labels(model),
-            gauges=(
-                (self.running.labels(model), self.vllm_running.labels(model)),
-                (self.waiting.labels(model), self.vllm_waiting.labels(model)),
-                (self.kv_usage.labels(model), self.vllm_kv_usage.labels(model)),
-                (self.preemptions.labels(model),),
-            ),
         )
 
     def render(self) -> bytes:
@@ -302,9 +235,7 @@ class Metrics:
 class ModelMetrics:
     """The per-model children the engine touches on every batch."""
 
-    queue_depth: Gauge
     queue_wait: Histogram
-    inflight: Gauge
     batch_size: Histogram
     compute_duration: Histogram
     device_errors: Counter
@@ -321,14 +252,3 @@ class GenerationMetrics:
     queue_time: Histogram
     prompt_tokens: Counter
     generation_tokens: Counter
-    # (running, waiting, kv usage, preemptions): each with its aliases
-    gauges: tuple[tuple[Gauge, ...], ...]
-
-    def set_engine_state(
-        self, *, running: int, waiting: int, kv_usage: float, preemptions: int
-    ) -> None:
-        for group, value in zip(
-            self.gauges, (running, waiting, kv_usage, preemptions), strict=True
-        ):
-            for gauge in group:
-                gauge.set(value)

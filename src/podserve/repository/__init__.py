@@ -7,7 +7,6 @@ from podserve.repository.repository import (
     ModelRepository,
     ModelState,
     RepositoryPolicy,
-    Worker,
 )
 
 __all__ = [
@@ -16,6 +15,5 @@ __all__ = [
     "ModelRepository",
     "ModelState",
     "RepositoryPolicy",
-    "Worker",
     "discover_models",
 ]

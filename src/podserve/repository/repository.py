@@ -31,16 +31,15 @@ from podserve.core.errors import (
     PodserveError,
     Unavailable,
 )
-from podserve.engine import ModelWorker
+from podserve.engine import Worker
 from podserve.generation.loading import LoadedGenerator
-from podserve.generation.service import GenerativeWorker
 from podserve.repository.loading import fetch_source, load_and_warm, model_size_bytes
 from podserve.runtimes import ModelAPI
 
 log = logging.getLogger("podserve.repository")
 
-# A loaded model: tensors through the dynamic batcher, or text through the generation engine.
-Worker = ModelWorker | GenerativeWorker
+# A loaded model's worker, made from what its runtime loaded: a tensor model, or a text
+# generator (see engine/worker.py for the one protocol both implement).
 WorkerFactory = Callable[[ModelConfig, ModelAPI | LoadedGenerator], Worker]
 LATEST = "latest"
 

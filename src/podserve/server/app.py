@@ -10,11 +10,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from prometheus_client import Counter, Histogram
-
 from podserve.core.errors import ModelNotFound, PodserveError
 from podserve.core.ids import accept_request_id
-from podserve.dataplane.dataplane import DataPlane
+from podserve.dataplane import DataPlane
 from podserve.server.errors import error_response, openai_error_response
 from podserve.server.http import (
     ClientGone,
@@ -52,9 +50,9 @@ class Route:
 class App:
     def __init__(self, dataplane: DataPlane) -> None:
         self._dataplane = dataplane
-        settings = dataplane.settings
-        self._sample_rate = settings.access_log_sample_rate
-        self._max_body_bytes = settings.max_body_bytes
+        edge = dataplane.edge
+        self._sample_rate = edge.access_log_sample_rate
+        self._max_body_bytes = edge.max_body_bytes
         health = HealthRoutes(dataplane)
         self._v2 = V2Routes(dataplane)
         self._generate = GenerateRoutes(dataplane)
@@ -95,8 +93,6 @@ class App:
                 openai.embeddings, inference=True, endpoint="openai.embeddings", openai=True
             )
         }
-        self._requests: Counter = dataplane.metrics.requests
-        self._duration: Histogram = dataplane.metrics.request_duration
 
     # --- routing -----------------------------------------------------------------------
     def _route(self, method: str, path: str) -> tuple[Route, dict[str, str], str] | Response:
@@ -243,10 +239,7 @@ class App:
 
     def _account(self, request: Request, route: Route, status: int, started: float) -> None:
         elapsed = time.perf_counter() - started
-        # Only known models become label values: a typo in a URL must not mint a series.
-        model = request.model if self._dataplane.repository.knows(request.model) else ""
-        self._requests.labels(model, route.endpoint, str(status)).inc()
-        self._duration.labels(model, route.endpoint).observe(elapsed)
+        self._dataplane.record_request(request.model, route.endpoint, str(status), elapsed)
         if self._sample_rate and (self._sample_rate >= 1 or random.random() < self._sample_rate):
             log.info(
                 "request",

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import math
-
+from podserve.admission import retry_after_header
 from podserve.core.errors import (
     Cancelled,
     DeadlineExceeded,
@@ -62,7 +61,7 @@ def openai_error_response(error: PodserveError) -> Response:
 def _headers_for(error: PodserveError) -> list[tuple[bytes, bytes]]:
     headers: list[tuple[bytes, bytes]] = []
     if isinstance(error, Unavailable):
-        headers.append((b"retry-after", str(max(1, math.ceil(error.retry_after_s))).encode()))
+        headers.append((b"retry-after", retry_after_header(error.retry_after_s).encode()))
     if isinstance(error, Draining):
         # Make the client's next request open a new connection, which the Service routes
         # to a pod that is not draining.

@@ -1,6 +1,6 @@
-"""Triton's generate extension over the continuous-batching engine: a plain-text LLM
-endpoint for clients of Triton's and KServe's v2 protocol. Admission, drain and metrics
-are the generation path's own, as for the OpenAI routes."""
+"""Triton's generate extension over the data plane's text generation: a plain-text LLM
+endpoint for clients of Triton's and KServe's v2 protocol. Admission happens in
+`DataPlane.generate`, before the status line; the stream only drains what it admitted."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from podserve.core.errors import PodserveError
-from podserve.dataplane.dataplane import DataPlane
-from podserve.dataplane.streams import GenerationStream
+from podserve.dataplane import CallContext, DataPlane, GenerateRequest, Generation
 from podserve.protocol.v2.generate import (
     decode_generate_request,
     generate_body,
@@ -24,35 +23,38 @@ from podserve.server.sampling import sampling_params
 class GenerateRoutes:
     def __init__(self, dataplane: DataPlane) -> None:
         self._dataplane = dataplane
-        self._max_body_bytes = dataplane.settings.max_body_bytes
+        self._max_body_bytes = dataplane.edge.max_body_bytes
 
     async def generate(self, request: Request) -> Response:
-        stream, version = await self._start(request)
+        generation = await self._start(request, "v2.generate")
+        (stream,) = generation.streams
         async with contextlib.aclosing(stream):
             text, finish, _ = await streams_io.collect(stream)
-        return Response(200, generate_body(request.model, version, text, finish))
+        return Response(200, generate_body(request.model, generation.version, text, finish))
 
     async def generate_stream(self, request: Request) -> StreamingResponse:
-        stream, version = await self._start(request)
+        generation = await self._start(request, "v2.generate_stream")
         return StreamingResponse(
             200,
-            self._events(stream, request.model, version),
+            self._events(generation, request.model),
             content_type=b"text/event-stream; charset=utf-8",
         )
 
-    async def _start(self, request: Request) -> tuple[GenerationStream, str]:
+    async def _start(self, request: Request, endpoint: str) -> Generation:
+        version = request.path_params.get("version")
         # An unknown model is a 404 before its body costs any decoding.
-        self._dataplane.repository.entry(request.model, request.path_params.get("version"))
+        self._dataplane.check_model(request.model, version)
         parsed = decode_generate_request(await request.body(self._max_body_bytes))
-        worker = await self._dataplane.generative_worker(request.model)
-        prompt_ids = worker.executor.encode_prompt(parsed.text_input)
         params = sampling_params(parsed.parameters, max_tokens=parsed.parameters.max_tokens)
-        (stream,) = self._dataplane.generate(worker, prompt_ids, [params])
-        return stream, worker.version
+        return await self._dataplane.generate(
+            GenerateRequest(
+                model=request.model, version=version, prompt=parsed.text_input, sequences=(params,)
+            ),
+            CallContext(endpoint=endpoint, request_id=request.request_id),
+        )
 
-    async def _events(
-        self, stream: GenerationStream, model: str, version: str
-    ) -> AsyncIterator[bytes]:
+    async def _events(self, generation: Generation, model: str) -> AsyncIterator[bytes]:
+        (stream,) = generation.streams
         async with contextlib.aclosing(stream):
             try:
                 async for event in stream:
@@ -60,6 +62,7 @@ class GenerateRoutes:
                     if event.finish_reason is not None:
                         finish = streams_io.finish_reason(event)
                     if event.text or finish is not None:
-                        yield generate_event(model, version, event.text, finish)
+                        yield generate_event(model, generation.version, event.text, finish)
             except PodserveError as exc:
+                # Admission is over: only a failure of the engine itself lands here.
                 yield generate_error_event(exc.message)

@@ -3,9 +3,7 @@ proves the loop is not blocked; what 200 means is defined in lifecycle.py."""
 
 from __future__ import annotations
 
-from podserve.dataplane.dataplane import DataPlane
-from podserve.dataplane.types import HealthReport
-from podserve.obs.metrics import EXPOSITION_CONTENT_TYPE
+from podserve.dataplane import DataPlane, HealthReport
 from podserve.server.http import Request, Response, json_response
 
 
@@ -31,6 +29,5 @@ class HealthRoutes:
         return _probe(self._dataplane.ready())
 
     async def metrics(self, request: Request) -> Response:
-        self._dataplane.ready()  # refreshes the podserve_ready gauge
-        self._dataplane.refresh_generation_gauges()
-        return Response(200, self._dataplane.metrics.render(), EXPOSITION_CONTENT_TYPE.encode())
+        body, content_type = self._dataplane.metrics_exposition()
+        return Response(200, body, content_type.encode())

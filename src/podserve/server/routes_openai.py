@@ -11,10 +11,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from podserve.core.errors import InvalidInput, PodserveError
-from podserve.dataplane.dataplane import DataPlane
-from podserve.dataplane.streams import GenerationStream
+from podserve.dataplane import CallContext, DataPlane, GenerateRequest, Generation
 from podserve.generation.sampling import SamplingParams
-from podserve.generation.service import GenerativeWorker
 from podserve.generation.stream import TokenEvent
 from podserve.protocol.openai import completions as oai
 from podserve.protocol.openai import (
@@ -22,7 +20,6 @@ from podserve.protocol.openai import (
     encode_embedding_response,
     encode_model_list,
 )
-from podserve.repository import ModelState
 from podserve.server import streams as streams_io
 from podserve.server.http import Request, Response, StreamingResponse
 from podserve.server.sampling import sampling_params
@@ -31,17 +28,11 @@ from podserve.server.sampling import sampling_params
 class OpenAIRoutes:
     def __init__(self, dataplane: DataPlane) -> None:
         self._dataplane = dataplane
-        self._max_body_bytes = dataplane.settings.max_body_bytes
+        self._max_body_bytes = dataplane.edge.max_body_bytes
         self._started_s = int(time.time())
 
     async def models(self, request: Request) -> Response:
-        names = sorted(
-            {
-                e.name
-                for e in self._dataplane.repository.entries()
-                if e.state is ModelState.READY or self._dataplane.settings.autoload
-            }
-        )
+        names = self._dataplane.served_model_names()
         return Response(200, encode_model_list(names, self._started_s))
 
     async def embeddings(self, request: Request) -> Response:
@@ -49,7 +40,8 @@ class OpenAIRoutes:
         parsed, infer_request = decode_embedding_request(body)
         request.model = parsed.model
         response = await self._dataplane.infer(
-            infer_request, endpoint="openai.embeddings", request_id=request.request_id
+            infer_request,
+            CallContext(endpoint="openai.embeddings", request_id=request.request_id),
         )
         outputs = {t.name: t.data for t in response.outputs}
         if "embedding" not in outputs or "tokens" not in outputs:
@@ -66,37 +58,43 @@ class OpenAIRoutes:
         body = await request.body(self._max_body_bytes)
         parsed = oai.decode_request(body, oai.CompletionRequest)
         request.model = parsed.model
-        worker = await self._dataplane.generative_worker(parsed.model)
-        prompt_ids = worker.executor.encode_prompt(parsed.prompt_text())
-        return await self._generate(
-            parsed, prompt_ids, _params(parsed, parsed.max_tokens), chat=False, worker=worker
+        params = _params(parsed, parsed.max_tokens)
+        generation = await self._dataplane.generate(
+            GenerateRequest(
+                model=parsed.model,
+                prompt=parsed.prompt_text(),
+                sequences=_choices(params, parsed.n),
+            ),
+            CallContext(endpoint="openai.completions", request_id=request.request_id),
         )
+        return await self._respond(parsed, generation, params, chat=False)
 
     async def chat_completions(self, request: Request) -> Response | StreamingResponse:
         body = await request.body(self._max_body_bytes)
         parsed = oai.decode_request(body, oai.ChatRequest)
         request.model = parsed.model
-        worker = await self._dataplane.generative_worker(parsed.model)
-        prompt_ids = worker.executor.encode_chat(parsed.chat())
-        return await self._generate(
-            parsed, prompt_ids, _params(parsed, parsed.token_limit), chat=True, worker=worker
+        params = _params(parsed, parsed.token_limit)
+        generation = await self._dataplane.generate(
+            GenerateRequest(
+                model=parsed.model, messages=parsed.chat(), sequences=_choices(params, parsed.n)
+            ),
+            CallContext(endpoint="openai.chat", request_id=request.request_id),
         )
+        return await self._respond(parsed, generation, params, chat=True)
 
-    async def _generate(
+    async def _respond(
         self,
         parsed: oai.CompletionRequest | oai.ChatRequest,
-        prompt_ids: list[int],
+        generation: Generation,
         params: SamplingParams,
         *,
         chat: bool,
-        worker: GenerativeWorker,
     ) -> Response | StreamingResponse:
-        streams = self._dataplane.generate(worker, prompt_ids, _choices(params, parsed.n))
+        # Admitted: every refusal has been raised already, so the status is 200 from here.
+        streams = generation.streams
         rid = oai.new_id("chatcmpl" if chat else "cmpl")
         if parsed.stream:
-            return StreamingResponse(
-                200, self._sse(streams, parsed, rid, len(prompt_ids), chat, worker)
-            )
+            return StreamingResponse(200, self._sse(generation, parsed, rid, chat))
         tasks = [asyncio.ensure_future(streams_io.collect(s)) for s in streams]
         try:
             results = await asyncio.gather(*tasks)
@@ -106,22 +104,21 @@ class OpenAIRoutes:
         for text, finish, tokens in results:
             logprobs = None
             if params.logprobs is not None:
-                entries = [_logprob_entry(worker, event) for event in tokens]
+                entries = [_logprob_entry(generation, event) for event in tokens]
                 logprobs = _logprobs_object(entries, params, chat)
             choices.append(oai.Choice(text, finish, logprobs))
-        use = oai.usage(len(prompt_ids), sum(len(tokens) for _, _, tokens in results))
+        use = oai.usage(generation.prompt_tokens, sum(len(tokens) for _, _, tokens in results))
         body = (oai.chat_body if chat else oai.completion_body)(rid, parsed.model, choices, use)
         return Response(200, body)
 
     async def _sse(
         self,
-        streams: list[GenerationStream],
+        generation: Generation,
         parsed: oai.CompletionRequest | oai.ChatRequest,
         rid: str,
-        prompt_tokens: int,
         chat: bool,
-        worker: GenerativeWorker,
     ) -> AsyncIterator[bytes]:
+        streams = generation.streams
         created = int(time.time())
         model = parsed.model
         generated = 0
@@ -143,7 +140,7 @@ class OpenAIRoutes:
                     # first token, and streams keep a steady rhythm, as vLLM's do.
                     if event.token_id is None and finish is None:
                         continue
-                    entry = _logprob_entry(worker, event)
+                    entry = _logprob_entry(generation, event)
                     if chat:
                         delta = {"content": event.text} if event.text or not finish else {}
                         logprobs = oai.chat_logprobs([entry]) if entry else None
@@ -167,19 +164,20 @@ class OpenAIRoutes:
                 return
         if parsed.include_usage:
             obj = "chat.completion.chunk" if chat else "text_completion"
-            yield oai.usage_chunk(rid, model, created, obj, oai.usage(prompt_tokens, generated))
+            use = oai.usage(generation.prompt_tokens, generated)
+            yield oai.usage_chunk(rid, model, created, obj, use)
         yield oai.SSE_DONE
 
 
-def _choices(params: SamplingParams, n: int) -> list[SamplingParams]:
+def _choices(params: SamplingParams, n: int) -> tuple[SamplingParams, ...]:
     """One sequence per choice. With a seed, choice i samples with seed + i, so the choices
     differ and the response is still reproducible."""
     if n == 1:
-        return [params]
-    return [
+        return (params,)
+    return tuple(
         dataclasses.replace(params, seed=None if params.seed is None else params.seed + i)
         for i in range(n)
-    ]
+    )
 
 
 def _params(
@@ -188,10 +186,10 @@ def _params(
     return sampling_params(parsed, max_tokens=max_tokens or 16, logprobs=parsed.logprob_count())
 
 
-def _logprob_entry(worker: GenerativeWorker, event: TokenEvent) -> oai.LogprobEntry | None:
+def _logprob_entry(generation: Generation, event: TokenEvent) -> oai.LogprobEntry | None:
     if event.logprob is None or event.token_id is None:
         return None
-    text = worker.executor.token_text
+    text = generation.token_text
     return oai.LogprobEntry(
         text(event.token_id),
         event.logprob.logprob,

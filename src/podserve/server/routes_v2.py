@@ -4,9 +4,7 @@ moves bytes between HTTP and the data plane."""
 
 from __future__ import annotations
 
-import dataclasses
-
-from podserve.dataplane.dataplane import DataPlane
+from podserve.dataplane import CallContext, DataPlane
 from podserve.protocol.v2 import (
     INFERENCE_HEADER_CONTENT_LENGTH,
     binary_output_names,
@@ -28,7 +26,7 @@ _HEADER_LENGTH = INFERENCE_HEADER_CONTENT_LENGTH.lower()
 class V2Routes:
     def __init__(self, dataplane: DataPlane) -> None:
         self._dataplane = dataplane
-        self._max_body_bytes = dataplane.settings.max_body_bytes
+        self._max_body_bytes = dataplane.edge.max_body_bytes
 
     async def server_metadata(self, request: Request) -> Response:
         return Response(200, encode_server_metadata(self._dataplane.server_metadata()))
@@ -55,7 +53,7 @@ class V2Routes:
 
     async def infer(self, request: Request) -> Response:
         # An unknown model is a 404 before its body costs any decoding.
-        self._dataplane.repository.entry(request.model, request.path_params.get("version"))
+        self._dataplane.check_model(request.model, request.path_params.get("version"))
         body = await request.body(self._max_body_bytes)
         header_length = parse_header_length(request.header(_HEADER_LENGTH))
         infer_request = decode_infer_request(
@@ -64,14 +62,12 @@ class V2Routes:
             model_version=request.path_params.get("version"),
             header_length=header_length,
         )
-        deadline_s = self._dataplane.deadline_for(
-            infer_request, request.header("x-request-timeout-ms")
+        call = CallContext(
+            endpoint="v2",
+            request_id=request.request_id,
+            timeout_ms=request.header("x-request-timeout-ms"),
         )
-        if deadline_s is not None:
-            infer_request = dataclasses.replace(infer_request, deadline_s=deadline_s)
-        response = await self._dataplane.infer(
-            infer_request, endpoint="v2", request_id=request.request_id
-        )
+        response = await self._dataplane.infer(infer_request, call)
         binary = binary_output_names(infer_request, (t.name for t in response.outputs))
         payload, json_length = encode_infer_response(response, binary_outputs=binary)
         if json_length is None:

@@ -28,8 +28,8 @@ import orjson
 
 from podserve.core.errors import InvalidInput
 from podserve.core.tensors import Datatype, InferRequest, RequestedOutput, Tensor
-from podserve.protocol.v2.binary import array_from_binary
 from podserve.protocol.v2.json_data import array_from_json, json_type
+from podserve.protocol.v2.raw import decode_tensor
 
 INFERENCE_HEADER_CONTENT_LENGTH = "Inference-Header-Content-Length"
 
@@ -180,7 +180,7 @@ def _decode_input(
             f"input {name!r}: parameters.binary_data_size is {size} but only "
             f"{len(view) - offset} bytes of binary data remain in the body"
         )
-    data = array_from_binary(name, datatype, shape, view[offset:end])
+    data = decode_tensor(name, datatype, shape, view[offset:end])
     rest = {key: value for key, value in parameters.items() if key != "binary_data_size"}
     return Tensor(name, datatype, data, rest), end
 

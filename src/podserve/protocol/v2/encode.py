@@ -17,8 +17,8 @@ from typing import Any
 import orjson
 
 from podserve.core.tensors import InferResponse, Tensor
-from podserve.protocol.v2.binary import array_to_binary
 from podserve.protocol.v2.json_data import json_values
+from podserve.protocol.v2.raw import encode_tensor
 
 # Numpy arrays go to orjson as they are (formatted in C at their own precision).
 _JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
@@ -67,9 +67,9 @@ def _encode_output(tensor: Tensor, want_binary: bool) -> tuple[dict[str, Any], b
         "shape": list(tensor.shape),
     }
     parameters = dict(tensor.parameters)
-    values = None if want_binary else json_values(tensor.datatype, tensor.data)
+    values = None if want_binary else json_values(tensor.name, tensor.datatype, tensor.data)
     if values is None:
-        chunk = array_to_binary(tensor.datatype, tensor.data)
+        chunk = encode_tensor(tensor.name, tensor.datatype, tensor.data)
         parameters["binary_data_size"] = len(chunk)
         entry["parameters"] = parameters
         return entry, chunk

@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from podserve.core.errors import InvalidInput
 from podserve.core.tensors import Datatype
-from podserve.protocol.v2.binary import as_bytes
+from podserve.protocol.v2.raw import as_bytes
 
 _FLOATS = frozenset({Datatype.FP16, Datatype.FP32, Datatype.FP64})
 
@@ -80,7 +80,7 @@ def array_from_json(
     return _ints_slow(name, datatype, data, shape)
 
 
-def json_values(datatype: Datatype, data: npt.NDArray[Any]) -> object | None:
+def json_values(name: str, datatype: Datatype, data: npt.NDArray[Any]) -> object | None:
     """The JSON `data` value for an output, flat and row-major; None when JSON cannot carry
     it exactly (a NaN or infinity, or BYTES that are not UTF-8), so the caller sends it as
     binary instead. Numeric arrays are returned as contiguous numpy arrays for orjson's
@@ -93,7 +93,7 @@ def json_values(datatype: Datatype, data: npt.NDArray[Any]) -> object | None:
                 texts.append(item)
                 continue
             try:
-                texts.append(as_bytes(item).decode("utf-8"))
+                texts.append(as_bytes(name, item).decode("utf-8"))
             except UnicodeDecodeError:
                 return None
         return texts

@@ -7,22 +7,18 @@ the declared shape, naming the input that is wrong. Responses always carry
 for every datatype (it ignores typed contents except `bytes_contents`), it is the only
 form FP16 has, and it avoids one Python object per element.
 
-Raw encoding: little-endian elements, row-major, no padding; BOOL is one byte per
-element; each BYTES element is a 4-byte little-endian length followed by the bytes.
-
-Decoded non-BYTES arrays are zero-copy views of the request's bytes and therefore
-read-only; a runtime that writes into its inputs must copy them first.
+Raw bytes, in and out, go through the one OIP raw-tensor codec the REST binary
+extension uses too (`protocol/v2/raw.py`), so both edges accept, refuse and produce
+exactly the same bytes.
 """
 
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeAlias
 
 import numpy as np
-import numpy.typing as npt
 from google.protobuf.internal.containers import MessageMap
 
 from podserve.core.errors import InvalidInput
@@ -33,11 +29,11 @@ from podserve.core.tensors import (
     RequestedOutput,
     Tensor,
 )
+from podserve.protocol.v2.raw import decode_tensor, encode_tensor
 from podserve.server.grpc._generated import inference_pb2 as pb
 
 ParameterValue: TypeAlias = bool | int | float | str
 
-_LENGTH = struct.Struct("<I")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _UINT64_MAX = 2**64 - 1
 
@@ -118,92 +114,6 @@ def encode_parameters(
             )
 
 
-# ---------------------------------------------------------------------------- raw bytes
-
-
-def encode_bytes_elements(data: npt.NDArray[Any]) -> bytes:
-    """BYTES elements (bytes, or str as UTF-8) as 4-byte-length-prefixed raw bytes."""
-    parts: list[bytes] = []
-    for item in data.reshape(-1):
-        if isinstance(item, bytes):
-            element = item
-        elif isinstance(item, str):
-            element = item.encode("utf-8")
-        elif isinstance(item, bytearray | memoryview):
-            element = bytes(item)
-        else:
-            raise TypeError(f"a BYTES element must be bytes or str, not {type(item).__name__}")
-        parts.append(_LENGTH.pack(len(element)))
-        parts.append(element)
-    return b"".join(parts)
-
-
-def decode_bytes_elements(raw: bytes, count: int, name: str) -> npt.NDArray[Any]:
-    """Length-prefixed raw bytes as a flat object array of `count` bytes elements."""
-    size = len(raw)
-    # Every element takes at least its 4-byte length: refuse before allocating `count`
-    # slots, so a huge declared shape cannot exhaust memory.
-    if count * _LENGTH.size > size:
-        raise InvalidInput(
-            f"input {name!r}: {size} bytes of BYTES data cannot hold {count} elements "
-            f"(each needs a 4-byte length)"
-        )
-    out = np.empty(count, dtype=object)
-    offset = 0
-    for index in range(count):
-        if offset + _LENGTH.size > size:
-            raise InvalidInput(f"input {name!r}: BYTES data ends after {index} of {count} elements")
-        (length,) = _LENGTH.unpack_from(raw, offset)
-        offset += _LENGTH.size
-        end = offset + length
-        if end > size:
-            raise InvalidInput(
-                f"input {name!r}: BYTES element {index} declares {length} bytes "
-                f"but only {size - offset} remain"
-            )
-        out[index] = raw[offset:end]
-        offset = end
-    if offset != size:
-        raise InvalidInput(
-            f"input {name!r}: {size - offset} bytes left over after the {count} BYTES "
-            f"elements its shape declares"
-        )
-    return out
-
-
-def encode_raw(tensor: Tensor) -> bytes:
-    """A tensor's elements in the raw wire encoding."""
-    if tensor.datatype is Datatype.BYTES:
-        return encode_bytes_elements(np.asarray(tensor.data))
-    want = tensor.datatype.numpy_dtype
-    data = np.asarray(tensor.data)
-    if data.dtype.kind != want.kind or data.dtype.itemsize != want.itemsize:
-        raise TypeError(
-            f"output {tensor.name!r}: data of dtype {data.dtype} does not match "
-            f"datatype {tensor.datatype.value}"
-        )
-    # The wire is little-endian whatever the host; astype is a no-op when it already is.
-    return data.astype(want.newbyteorder("<"), copy=False).tobytes(order="C")
-
-
-def _decode_raw(raw: bytes, datatype: Datatype, shape: tuple[int, ...], name: str) -> Any:
-    count = math.prod(shape)
-    if datatype is Datatype.BYTES:
-        return decode_bytes_elements(raw, count, name).reshape(shape)
-    expected = count * datatype.item_size_bytes
-    if len(raw) != expected:
-        raise InvalidInput(
-            f"input {name!r}: raw data has {len(raw)} bytes; shape {list(shape)} of "
-            f"{datatype.value} needs {expected}"
-        )
-    if datatype is Datatype.BOOL:
-        # Any nonzero byte is true; reading the bytes as np.bool_ directly would keep
-        # values other than 0 and 1 inside "booleans".
-        return np.frombuffer(raw, dtype=np.uint8).astype(np.bool_).reshape(shape)
-    little_endian = datatype.numpy_dtype.newbyteorder("<")
-    return np.frombuffer(raw, dtype=little_endian).reshape(shape)
-
-
 # ---------------------------------------------------------------------------- typed contents
 
 
@@ -267,11 +177,9 @@ def _refuse_shared_memory(params: Mapping[str, ParameterValue], what: str) -> No
         )
 
 
-def decode_infer_request(
-    msg: pb.ModelInferRequest, *, request_id: str | None, deadline_s: float | None
-) -> InferRequest:
-    """Validate and decode a ModelInferRequest. `request_id` and `deadline_s` come from
-    the transport (the edge decides them), not from the message."""
+def decode_infer_request(msg: pb.ModelInferRequest, *, request_id: str | None) -> InferRequest:
+    """Validate and decode a ModelInferRequest. `request_id` comes from the transport
+    (the edge decides it), not from the message; the deadline is the data plane's."""
     if not msg.model_name:
         raise InvalidInput("model_name is required")
     raw_contents = msg.raw_input_contents
@@ -305,7 +213,7 @@ def decode_infer_request(
                     f"input {name!r} sets contents but the request uses raw_input_contents; "
                     f"use one form for all inputs"
                 )
-            data = _decode_raw(raw_contents[index], datatype, shape, name)
+            data = decode_tensor(name, datatype, shape, raw_contents[index])
         else:
             data = _decode_contents(item.contents, datatype, shape, name)
         tensors.append(Tensor(name=name, datatype=datatype, data=data, parameters=params))
@@ -324,7 +232,6 @@ def decode_infer_request(
         model_version=str(msg.model_version) or None,
         outputs=tuple(outputs),
         parameters=decode_parameters(msg.parameters, "request"),
-        deadline_s=deadline_s,
     )
 
 
@@ -346,6 +253,6 @@ def encode_infer_response(
     for tensor in response.outputs:
         out = msg.outputs.add(name=tensor.name, datatype=tensor.datatype.value, shape=tensor.shape)
         encode_parameters(tensor.parameters, out.parameters)
-        raw.append(encode_raw(tensor))
+        raw.append(encode_tensor(tensor.name, tensor.datatype, tensor.data))
     msg.raw_output_contents.extend(raw)
     return msg

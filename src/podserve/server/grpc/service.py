@@ -5,12 +5,13 @@ gRPC status, once, for every method. Anything else is a bug: it is logged and th
 gets INTERNAL with a generic message (never a traceback).
 
 Client disconnects and deadlines: grpc.aio cancels the handler task when the client
-cancels or its deadline passes. The data plane's contract is an explicit signal, the
-`disconnected` event, not a CancelledError thrown into the middle of its queues; so the
-call runs in its own task behind `asyncio.shield`, and when the handler is cancelled the
-event is set and the data plane unwinds on its own (dropping queued work, raising
-`Cancelled`). The client's gRPC deadline also becomes `InferRequest.deadline_s`, so a
-request whose client has stopped waiting is never computed.
+cancels or its deadline passes, and task cancellation is the data plane's one
+cancellation contract (the REST edge cancels its handler the same way): a queued request
+leaves its queue at once. The time the client's deadline leaves (`time_remaining()`)
+goes to the data plane in `CallContext.client_timeout_s`, and the data plane computes the
+request's deadline from it together with Triton's `timeout` parameter and the model's
+and server's defaults, exactly as for REST; a request whose deadline passes while queued
+is never computed.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -26,6 +26,7 @@ from typing import Any, TypeAlias
 
 import grpc
 
+from podserve.admission import retry_after_header
 from podserve.core.errors import (
     Cancelled,
     DeadlineExceeded,
@@ -37,8 +38,8 @@ from podserve.core.errors import (
     UnprocessableInput,
 )
 from podserve.core.ids import accept_request_id
-from podserve.core.tensors import InferResponse
-from podserve.dataplane.api import DataPlaneAPI
+from podserve.dataplane import CallContext, DataPlaneAPI
+from podserve.server.errors import status_of
 from podserve.server.grpc import triton
 from podserve.server.grpc._generated import inference_pb2 as pb
 from podserve.server.grpc.codec import decode_infer_request, encode_infer_response
@@ -78,11 +79,6 @@ _STATUS_BY_ERROR: tuple[tuple[type[PodserveError], grpc.StatusCode], ...] = (
 )
 
 
-def retry_after_value(retry_after_s: float) -> str:
-    """Whole seconds, at least 1, as HTTP's Retry-After header writes them."""
-    return str(max(1, math.ceil(retry_after_s)))
-
-
 def status_for(error: BaseException, request_id: str | None = None) -> GrpcStatus:
     """The gRPC status a client gets for `error`.
 
@@ -108,7 +104,7 @@ def status_for(error: BaseException, request_id: str | None = None) -> GrpcStatu
             code = mapped
             break
     if isinstance(error, Unavailable):
-        metadata += (("retry-after", retry_after_value(error.retry_after_s)),)
+        metadata += (("retry-after", retry_after_header(error.retry_after_s)),)
     return GrpcStatus(code, error.message, metadata)
 
 
@@ -128,10 +124,23 @@ async def _status_on_error(
         await context.abort(status.code, status.details, status.trailing_metadata)
 
 
-def _deadline_s(context: Context) -> float | None:
-    """The client's gRPC deadline on the monotonic clock (None without one)."""
-    remaining_s = context.time_remaining()
-    return None if remaining_s is None else time.monotonic() + remaining_s
+def _call(context: Context, endpoint: str, request_id: str | None) -> CallContext:
+    remaining_s = context.time_remaining()  # None without a client deadline
+    return CallContext(
+        endpoint=endpoint,
+        request_id=request_id,
+        client_timeout_s=None if remaining_s is None else float(remaining_s),
+    )
+
+
+def _code(error: BaseException | None) -> str:
+    """The `code` label of `podserve_requests_total`: the HTTP status the same outcome
+    gets on the REST edge, so one query covers both edges."""
+    if error is None:
+        return "200"
+    if isinstance(error, asyncio.CancelledError):
+        return "499"
+    return str(status_of(error)) if isinstance(error, PodserveError) else "500"
 
 
 def _metadata_value(context: Context, key: str) -> str | None:
@@ -146,9 +155,6 @@ class InferenceServicer:
 
     def __init__(self, dataplane: DataPlaneAPI) -> None:
         self._dataplane = dataplane
-        # Data-plane calls whose client went away; held here until they unwind so that
-        # the event loop (which keeps only weak references to tasks) cannot drop them.
-        self._abandoned: set[asyncio.Task[InferResponse]] = set()
         # The requests of every open ModelStreamInfer stream, held for the same reason.
         self._streamed: set[asyncio.Task[None]] = set()
 
@@ -210,25 +216,23 @@ class InferenceServicer:
         self, request: pb.ModelInferRequest, context: Context
     ) -> pb.ModelInferResponse:
         request_id = accept_request_id(request.id or _metadata_value(context, "x-request-id"))
-        async with _status_on_error(context, "ModelInfer", request_id):
-            infer_request = decode_infer_request(
-                request, request_id=request_id, deadline_s=_deadline_s(context)
+        started = time.perf_counter()
+        error: BaseException | None = None
+        try:
+            async with _status_on_error(context, "ModelInfer", request_id):
+                try:
+                    infer_request = decode_infer_request(request, request_id=request_id)
+                    response = await self._dataplane.infer(
+                        infer_request, _call(context, INFER_ENDPOINT, request_id)
+                    )
+                    return encode_infer_response(response, request_id=request_id)
+                except BaseException as exc:  # counted, then mapped to a status
+                    error = exc
+                    raise
+        finally:
+            self._dataplane.record_request(
+                request.model_name, INFER_ENDPOINT, _code(error), time.perf_counter() - started
             )
-            disconnected = asyncio.Event()
-            call = asyncio.ensure_future(
-                self._dataplane.infer(
-                    infer_request, endpoint=INFER_ENDPOINT, disconnected=disconnected
-                )
-            )
-            try:
-                response = await asyncio.shield(call)
-            except asyncio.CancelledError:
-                # The client cancelled, its deadline passed, or the server stopped past its
-                # grace period: tell the data plane, and let it unwind without us.
-                disconnected.set()
-                self._abandon(call)
-                raise
-            return encode_infer_response(response, request_id=request_id)
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
@@ -240,18 +244,15 @@ class InferenceServicer:
         when the client leaves, its requests leave the data plane as a disconnected
         REST or unary call's do."""
         answers: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
-        disconnected = asyncio.Event()
-        deadline_s = _deadline_s(context)
+        running: set[asyncio.Task[None]] = set()
         stream_request_id = _metadata_value(context, "x-request-id")
 
         async def answer(request: pb.ModelInferRequest) -> None:
             request_id = accept_request_id(request.id or stream_request_id)
             try:
-                infer_request = decode_infer_request(
-                    request, request_id=request_id, deadline_s=deadline_s
-                )
+                infer_request = decode_infer_request(request, request_id=request_id)
                 response = await self._dataplane.infer(
-                    infer_request, endpoint=STREAM_INFER_ENDPOINT, disconnected=disconnected
+                    infer_request, _call(context, STREAM_INFER_ENDPOINT, request_id)
                 )
                 reply = pb.ModelStreamInferResponse(
                     infer_response=encode_infer_response(response, request_id=request_id)
@@ -270,7 +271,6 @@ class InferenceServicer:
             answers.put_nowait(reply)
 
         async def read_requests() -> None:
-            running: set[asyncio.Task[None]] = set()
             try:
                 async for request in request_iterator:
                     task = asyncio.ensure_future(answer(request))
@@ -289,23 +289,11 @@ class InferenceServicer:
                 yield item
             await reader  # surfaces a broken request stream as the RPC's error
         finally:
-            # The client left (or the stream ended): queued requests leave the data plane.
-            disconnected.set()
+            # The client left (or the stream ended): its queued requests leave the data
+            # plane, by the one cancellation contract.
             reader.cancel()
-
-    def _abandon(self, call: asyncio.Task[InferResponse]) -> None:
-        self._abandoned.add(call)
-        call.add_done_callback(self._reap)
-
-    def _reap(self, call: asyncio.Task[InferResponse]) -> None:
-        self._abandoned.discard(call)
-        # Retrieve the outcome, so asyncio does not report an unretrieved exception; the
-        # expected one is Cancelled, and nobody is left to tell about any other.
-        if call.cancelled():
-            return
-        exc = call.exception()
-        if exc is not None and not isinstance(exc, Cancelled):
-            logger.warning("abandoned gRPC inference ended with %r", exc)
+            for task in running:
+                task.cancel()
 
     # ------------------------------------------------------------------ Triton extensions
 

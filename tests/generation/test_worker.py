@@ -3,8 +3,6 @@ full waiting queue or too many waiting prompt tokens are 503s with Retry-After."
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +17,7 @@ pytest.importorskip("transformers")
 from podserve.generation.engine import GenerationEngine
 from podserve.generation.executor import ModelExecutor
 from podserve.generation.sampling import SamplingParams
-from podserve.generation.service import GenerativeLimits, GenerativeWorker
+from podserve.generation.worker import GenerativeLimits, GenerativeWorker
 from podserve.obs.metrics import Metrics
 from podserve.scheduling import SchedulerConfig
 
@@ -52,29 +50,28 @@ def worker() -> Iterator[GenerativeWorker]:
 
 
 def test_impossible_requests_are_refused_naming_the_limit(worker: GenerativeWorker) -> None:
-    short = worker.executor.encode_prompt("Return")
+    short = worker.encode_prompt("Return")
     with pytest.raises(InvalidInput, match="exceeds this model's limit of 64"):
         worker.check(short, SamplingParams(max_tokens=65))
-    long = worker.executor.encode_prompt("word " * 480)
+    long = worker.encode_prompt("word " * 480)
     with pytest.raises(InvalidInput, match="exceeds the model's context of 512 tokens"):
         worker.check(long, SamplingParams(max_tokens=64))
 
 
 async def test_full_queue_and_queued_prompt_tokens_are_503s(worker: GenerativeWorker) -> None:
-    prompt = worker.executor.encode_prompt("The function returns")
+    prompt = worker.encode_prompt("The function returns")
     long_params = SamplingParams(temperature=0, max_tokens=60, ignore_eos=True)
-    running = worker.generate(prompt, long_params)
+    (running,) = worker.admit(prompt, [long_params])
     first = await anext(running)  # one sequence runs (max_num_seqs=1)
     assert first.token_id is not None
-    waiting = worker.generate(prompt, long_params)
-    task = asyncio.ensure_future(anext(waiting))  # submits: it waits for the slot
-    await asyncio.sleep(0)  # let the task run up to its first wait: submit() is synchronous
+    # admission is synchronous: the second sequence is in the engine's queue on return
+    (waiting,) = worker.admit(prompt, [long_params])
     assert worker.engine.stats().num_waiting == 1
     with pytest.raises(Unavailable) as full:
-        worker.check(prompt, long_params)
+        worker.admit(prompt, [long_params])
     assert full.value.reason == "queue_full"
     assert full.value.retry_after_s >= 1
-    big = worker.executor.encode_prompt("word " * 50)
+    big = worker.encode_prompt("word " * 50)
     worker.limits = GenerativeLimits(
         max_queue=8,
         max_tokens_cap=64,
@@ -83,11 +80,55 @@ async def test_full_queue_and_queued_prompt_tokens_are_503s(worker: GenerativeWo
         max_num_seqs=1,
     )
     with pytest.raises(Unavailable) as tokens:
-        worker.check(big, long_params)
+        worker.admit(big, [long_params])
     assert tokens.value.reason == "queued_tokens"
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    await running.aclose()
-    await waiting.aclose()
+    running.close()
+    waiting.close()
     assert worker.inflight == 0
+    assert worker.engine.stats().num_waiting == 0
+
+
+async def test_n_sequences_are_admitted_all_or_none(worker: GenerativeWorker) -> None:
+    """Two sequences where the queue has room for one: neither is submitted, and the
+    refusal is raised by `admit` itself, not by a stream that already started."""
+    prompt = worker.encode_prompt("The function returns")
+    params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    (running,) = worker.admit(prompt, [params])
+    await anext(running)  # it holds the one running slot; the queue (max_queue=1) is empty
+    with pytest.raises(Unavailable) as full:
+        worker.admit(prompt, [params, params])
+    assert full.value.reason == "queue_full"
+    assert worker.engine.stats().num_waiting == 0
+    assert worker.inflight == 1
+    running.close()
+    assert worker.inflight == 0
+
+
+def test_a_prompt_over_the_kv_budget_is_refused_at_admission() -> None:
+    """kv_cache_tokens below the context: a prompt the KV budget can never hold is a 400
+    from `admit`, before any stream exists (it used to surface inside the stream)."""
+    executor = ModelExecutor(TINY, max_num_seqs=1, torch_threads=1)
+    engine = GenerationEngine(executor, SchedulerConfig(max_num_seqs=1, kv_cache_tokens=64))
+    engine.start()
+    try:
+        worker = GenerativeWorker(
+            config=ModelConfig(name="tiny", runtime="transformers"),
+            executor=executor,
+            engine=engine,
+            limits=GenerativeLimits(
+                max_queue=4,
+                max_tokens_cap=64,
+                max_queued_prompt_tokens=4096,
+                max_batch_time_s=60,
+                max_num_seqs=1,
+            ),
+            metrics=Metrics().for_generation("tiny"),
+            clock=MONOTONIC,
+        )
+        prompt = worker.encode_prompt("word " * 80)
+        with pytest.raises(InvalidInput, match="exceeds the KV cache of 64 tokens"):
+            worker.admit(prompt, [SamplingParams(max_tokens=8)])
+        assert worker.inflight == 0
+        assert engine.stats().num_waiting == 0
+    finally:
+        engine.stop()

@@ -1,4 +1,4 @@
-"""Daemon worker threads that run model calls off the event loop.
+"""Daemon worker threads that run model calls off the event loop (`WorkerThreads`).
 
 Not a ThreadPoolExecutor: its threads are joined at interpreter exit, so one wedged model
 call (a hung device, say) would keep the process from ever exiting after a drain. Daemon
