@@ -1,0 +1,278 @@
+"""`podserve gateway`: the gateway server, and its `keys` and `spend` commands."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Coroutine
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from podserve.config.gateway_config import GatewayConfig
+    from podserve.gateway.store.base import Store
+
+T = TypeVar("T")
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "gateway",
+        help="run the API gateway (keys, budgets, rate limits, routing), or manage it",
+        description="Serve an OpenAI-compatible and OIP v2 gateway in front of podserve pods "
+        "and hosted APIs (docs/gateway.md); `keys` and `spend` manage its store.",
+    )
+    _config_arg(parser, required=False)
+    parser.add_argument("--host", default="0.0.0.0", help="listen address")
+    parser.add_argument("--port", type=int, default=8080, help="listen port (0: any free)")
+    parser.add_argument("--log-format", choices=["json", "console"], default="json")
+    parser.set_defaults(run=_serve)
+    sub = parser.add_subparsers(dest="gateway_command", metavar="COMMAND")
+
+    keys = sub.add_parser("keys", help="create, list or revoke API keys")
+    keys_sub = keys.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
+    create = keys_sub.add_parser("create", help="create a key (printed once, on the last line)")
+    _config_arg(create)
+    create.add_argument("--team", default="default", help="team the key belongs to")
+    create.add_argument("--namespace", default="default", help="namespace it bills to")
+    create.add_argument("--budget-usd", help="hard budget for this key, USD")
+    create.add_argument("--rpm", type=int, help="requests per minute")
+    create.add_argument("--tpm", type=int, help="tokens per minute")
+    create.add_argument("--models", help="comma-separated models it may use (default: all)")
+    create.add_argument("--expires-in-days", type=float, help="expire after this many days")
+    create.set_defaults(run=_keys_create)
+    listing = keys_sub.add_parser("list", help="list keys (ids, never the keys)")
+    _config_arg(listing)
+    listing.add_argument("--format", choices=["text", "json"], default="text")
+    listing.set_defaults(run=_keys_list)
+    revoke = keys_sub.add_parser("revoke", help="revoke a key by its id")
+    _config_arg(revoke)
+    revoke.add_argument("key_id", help="the id `keys list` shows")
+    revoke.set_defaults(run=_keys_revoke)
+
+    spend = sub.add_parser("spend", help="spend from the ledger, grouped")
+    _config_arg(spend)
+    spend.add_argument("--by", choices=["key", "team", "namespace", "model"], required=True)
+    spend.add_argument("--format", choices=["text", "json"], default="text")
+    spend.set_defaults(run=_spend)
+
+
+def _config_arg(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    parser.add_argument(
+        "--config",
+        type=Path,
+        required=required,
+        default=argparse.SUPPRESS if required else None,
+        help="gateway.yaml",
+    )
+
+
+def _load(args: argparse.Namespace) -> GatewayConfig | None:
+    from podserve.config.gateway_config import load_gateway_config
+    from podserve.core.errors import PodserveError
+
+    if args.config is None:
+        print("podserve gateway: --config gateway.yaml is required", file=sys.stderr)
+        return None
+    try:
+        return load_gateway_config(args.config.read_text(), str(args.config))
+    except (OSError, PodserveError) as exc:
+        print(f"podserve gateway: {exc}", file=sys.stderr)
+        return None
+
+
+def _with_store(config: GatewayConfig, work: Any) -> int:
+    """Open the store, run `work(store)`, close it; a store error is exit code 3."""
+    from podserve.gateway.app import open_store
+    from podserve.gateway.errors import GatewayError
+    from podserve.gateway.store.base import StoreUnavailable
+
+    async def main() -> int:
+        store = open_store(config, os.environ)
+        try:
+            setup = getattr(store, "setup", None)
+            if setup is not None:
+                await setup()
+            result: int = await work(store)
+            return result
+        finally:
+            await store.close()
+
+    try:
+        return _run(main())
+    except (StoreUnavailable, GatewayError) as exc:
+        print(f"podserve gateway: store: {exc}", file=sys.stderr)
+        return 3
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from podserve.gateway.runner import serve_gateway
+    from podserve.obs.logging import configure_logging
+
+    config = _load(args)
+    if config is None:
+        return 2
+    configure_logging(args.log_format)
+    try:
+        import uvloop
+    except ImportError:  # uvloop is optional; asyncio works, slower
+        return _run(serve_gateway(config, args.host, args.port, os.environ))
+    return uvloop.run(serve_gateway(config, args.host, args.port, os.environ))
+
+
+def _keys_create(args: argparse.Namespace) -> int:
+    import time
+
+    from podserve.gateway.keys import KeyRecord, key_id_of, new_key
+    from podserve.gateway.money import usd_to_micro
+
+    config = _load(args)
+    if config is None:
+        return 2
+    budget_micro = None
+    if args.budget_usd is not None:
+        try:
+            budget = Decimal(args.budget_usd)
+        except InvalidOperation:
+            budget = Decimal(-1)
+        if not budget.is_finite() or budget < 0:
+            print("podserve gateway keys: --budget-usd must be a number >= 0", file=sys.stderr)
+            return 2
+        budget_micro = usd_to_micro(budget)
+    for flag in ("rpm", "tpm"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            print(f"podserve gateway keys: --{flag} must be >= 1", file=sys.stderr)
+            return 2
+    models = tuple(m.strip() for m in (args.models or "").split(",") if m.strip())
+    unknown = [m for m in models if m not in config.models()]
+    if unknown:
+        print(f"podserve gateway keys: unknown model(s) {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    key, digest = new_key()
+    now = time.time()
+    expires = None if args.expires_in_days is None else now + args.expires_in_days * 86400
+    record = KeyRecord(
+        key_id=key_id_of(digest),
+        key_hash=digest,
+        team=args.team,
+        namespace=args.namespace,
+        models=models,
+        budget_micro=budget_micro,
+        rpm=args.rpm,
+        tpm=args.tpm,
+        expires_at=expires,
+        revoked=False,
+        created_at=now,
+    )
+
+    async def work(store: Store) -> int:
+        await store.create_key(record)
+        print(
+            f"created key {record.key_id} (team {record.team}, namespace "
+            f"{record.namespace}); it is shown only once:"
+        )
+        print(key)
+        return 0
+
+    return _with_store(config, work)
+
+
+def _keys_list(args: argparse.Namespace) -> int:
+    import json
+
+    config = _load(args)
+    if config is None:
+        return 2
+
+    async def work(store: Store) -> int:
+        records = await store.list_keys()
+        rows = [
+            {
+                "key_id": r.key_id,
+                "team": r.team,
+                "namespace": r.namespace,
+                "models": list(r.models),
+                "budget_usd": None if r.budget_micro is None else r.budget_micro / 1e6,
+                "rpm": r.rpm,
+                "tpm": r.tpm,
+                "expires_at": r.expires_at,
+                "revoked": r.revoked,
+            }
+            for r in records
+        ]
+        if args.format == "json":
+            print(json.dumps(rows, indent=2))
+            return 0
+        print(f"{'KEY ID':<14}{'TEAM':<16}{'NAMESPACE':<16}{'BUDGET USD':>12}  STATUS")
+        for row in rows:
+            budget = "-" if row["budget_usd"] is None else f"{row['budget_usd']:.6f}"
+            status = "revoked" if row["revoked"] else "active"
+            print(
+                f"{row['key_id']:<14}{row['team']:<16}{row['namespace']:<16}{budget:>12}  {status}"
+            )
+        return 0
+
+    return _with_store(config, work)
+
+
+def _keys_revoke(args: argparse.Namespace) -> int:
+    config = _load(args)
+    if config is None:
+        return 2
+
+    async def work(store: Store) -> int:
+        if not await store.revoke_key(args.key_id):
+            print(f"podserve gateway keys: no key with id {args.key_id}", file=sys.stderr)
+            return 1
+        print(f"revoked key {args.key_id}")
+        return 0
+
+    return _with_store(config, work)
+
+
+def _spend(args: argparse.Namespace) -> int:
+    import json
+
+    from podserve.gateway.money import micro_to_usd
+    from podserve.gateway.store.base import Dimension
+
+    config = _load(args)
+    if config is None:
+        return 2
+    by = Dimension(args.by)
+
+    async def work(store: Store) -> int:
+        rows = await store.spend(by)
+        out = [
+            {
+                by.value: r.group,
+                "spend_usd": micro_to_usd(r.cost_micro),
+                "prompt_tokens": r.prompt_tokens,
+                "completion_tokens": r.completion_tokens,
+                "requests": r.requests,
+            }
+            for r in rows
+        ]
+        if args.format == "json":
+            print(json.dumps(out, indent=2))
+            return 0
+        print(
+            f"{by.value.upper():<24}{'SPEND USD':>14}{'PROMPT':>12}{'COMPLETION':>12}"
+            f"{'REQUESTS':>10}"
+        )
+        for row in out:
+            print(
+                f"{row[by.value]:<24}{row['spend_usd']:>14.6f}{row['prompt_tokens']:>12}"
+                f"{row['completion_tokens']:>12}{row['requests']:>10}"
+            )
+        return 0
+
+    return _with_store(config, work)

@@ -1,0 +1,202 @@
+"""The `podserve gateway --config gateway.yaml` contract: store, pools, fallbacks, prices,
+defaults, budgets and limits. camelCase keys, unknown keys refused (a typo must not vanish).
+
+docs/gateway.md documents every key; the keys in issue 14's example are part of the
+contract and are tested as written (tests/gateway/test_config.py).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from enum import StrEnum
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+from podserve.core.errors import InvalidInput
+
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
+    )
+
+
+class SqliteStore(_Section):
+    kind: Literal["sqlite"]
+    path: str = Field("gateway.db", description="SQLite file (one gateway replica only).")
+
+
+class RedisPostgresStore(_Section):
+    kind: Literal["redis-postgres"]
+    redis: str | None = Field(None, description="Redis URL for reservations and counters.")
+    postgres: str | None = Field(None, description="PostgreSQL DSN for keys and the ledger.")
+    redis_env: str | None = Field(None, description="Env var holding the Redis URL instead.")
+    postgres_env: str | None = Field(None, description="Env var holding the DSN instead.")
+
+    @model_validator(mode="after")
+    def _one_source_each(self) -> RedisPostgresStore:
+        if (self.redis is None) == (self.redis_env is None):
+            raise ValueError("store: give exactly one of redis or redisEnv")
+        if (self.postgres is None) == (self.postgres_env is None):
+            raise ValueError("store: give exactly one of postgres or postgresEnv")
+        return self
+
+
+StoreConfig = Annotated[SqliteStore | RedisPostgresStore, Field(discriminator="kind")]
+
+
+class Pool(_Section):
+    name: str = Field(pattern=_NAME, description="Pool name (the `upstream` metric label).")
+    models: list[str] = Field(min_length=1, description="Models this pool serves.")
+    endpoints: list[str] = Field(min_length=1, description="Base URLs of the pods.")
+    weight: int = Field(100, ge=0, description="Share among pools serving the same model.")
+    max_waiting: float = Field(
+        16.0, gt=0, description="A pod with more waiting requests than this is saturated."
+    )
+
+
+class Fallback(_Section):
+    name: str = Field(pattern=_NAME, description="Upstream name (the metric label).")
+    base_url: str = Field(description="OpenAI-compatible base URL, ending in /v1.")
+    api_key_env: str | None = Field(None, description="Env var holding the API key.")
+    models: list[str] = Field(min_length=1, description="Models it may serve.")
+
+
+class Price(_Section):
+    input_per_million_usd: Decimal | None = Field(None, ge=0, description="USD per 1M input.")
+    output_per_million_usd: Decimal | None = Field(None, ge=0, description="USD per 1M output.")
+    gpu_hour_usd: Decimal | None = Field(
+        None, gt=0, description="Self-hosted: the pool's GPU-hour cost..."
+    )
+    tokens_per_second: Decimal | None = Field(
+        None, gt=0, description="...and its measured throughput: price = cost / tokens."
+    )
+    tokenizer: str | None = Field(
+        None, description="tokenizer.json of the model: exact prompt counts (else a bound)."
+    )
+
+    @model_validator(mode="after")
+    def _priced(self) -> Price:
+        derived = self.gpu_hour_usd is not None and self.tokens_per_second is not None
+        if (self.gpu_hour_usd is None) != (self.tokens_per_second is None):
+            raise ValueError("prices: gpuHourUsd and tokensPerSecond go together")
+        if not derived and (
+            self.input_per_million_usd is None or self.output_per_million_usd is None
+        ):
+            raise ValueError(
+                "prices: give inputPerMillionUsd and outputPerMillionUsd, "
+                "or gpuHourUsd and tokensPerSecond"
+            )
+        return self
+
+    def per_million_usd(self) -> tuple[Decimal, Decimal]:
+        """(input, output) USD per million tokens; a GPU-hour price applies to both."""
+        derived: Decimal | None = None
+        if self.gpu_hour_usd is not None and self.tokens_per_second is not None:
+            derived = self.gpu_hour_usd * Decimal(1_000_000) / (self.tokens_per_second * 3600)
+        inp = self.input_per_million_usd if self.input_per_million_usd is not None else derived
+        out = self.output_per_million_usd if self.output_per_million_usd is not None else derived
+        # The validator guarantees one source for each.
+        assert inp is not None
+        assert out is not None
+        return inp, out
+
+
+class OnBudgetShort(StrEnum):
+    REJECT = "reject"
+    CLAMP = "clamp"
+
+
+class Defaults(_Section):
+    max_tokens: int = Field(256, ge=1, description="Output cap when a request sends none.")
+    on_budget_short: OnBudgetShort = Field(
+        OnBudgetShort.REJECT,
+        description="`reject` (429) or `clamp` max_tokens to what the budget still covers.",
+    )
+    lease_s: float = Field(
+        600.0, gt=0, description="A reservation not settled by then is charged in full."
+    )
+
+
+class ScopeLimits(_Section):
+    budget_usd: Decimal | None = Field(None, ge=0, description="Hard budget (lifetime), USD.")
+    rpm: int | None = Field(None, ge=1, description="Requests per minute.")
+    tpm: int | None = Field(None, ge=1, description="Tokens (prompt + output) per minute.")
+
+
+class Routing(_Section):
+    scrape_interval_ms: int = Field(100, ge=10, description="Pod /metrics and /ready poll.")
+    retry_budget_ratio: float = Field(
+        0.2, ge=0, le=1, description="Retries allowed per request (Finagle's RetryBudget)."
+    )
+    breaker_failures: int = Field(5, ge=1, description="Consecutive failures that open.")
+    breaker_open_s: float = Field(10.0, gt=0, description="Open this long, then one probe.")
+    connect_timeout_s: float = Field(2.0, gt=0, description="Upstream connect timeout.")
+    read_timeout_s: float = Field(300.0, gt=0, description="Upstream read timeout.")
+
+
+class FailOpen(_Section):
+    enabled: bool = Field(False, description="Serve while the store is down (opt-in).")
+    replicas: int = Field(
+        1, ge=1, description="Gateway replicas: each may spend at most budget ÷ replicas."
+    )
+
+
+class GatewayConfig(_Section):
+    store: StoreConfig = Field(
+        default_factory=lambda: SqliteStore(kind="sqlite"),
+        description="`{kind: sqlite, path}` or `{kind: redis-postgres, redis, postgres}`.",
+    )
+    pools: list[Pool] = Field(default_factory=list, description="Self-hosted pools.")
+    fallbacks: list[Fallback] = Field(default_factory=list, description="Hosted APIs.")
+    prices: dict[str, Price] = Field(default_factory=dict, description="Per model.")
+    defaults: Defaults = Field(default_factory=lambda: Defaults())
+    teams: dict[str, ScopeLimits] = Field(default_factory=dict, description="Per team.")
+    namespaces: dict[str, ScopeLimits] = Field(
+        default_factory=dict, description="Per namespace (budget only; rpm/tpm ignored)."
+    )
+    routing: Routing = Field(default_factory=lambda: Routing())
+    fail_open: FailOpen = Field(default_factory=lambda: FailOpen())
+    store_timeout_ms: int = Field(
+        40, ge=1, description="A store call slower than this fails closed (503)."
+    )
+    key_cache_s: float = Field(
+        1.0, ge=0, description="Keys are cached this long: revocation takes effect within."
+    )
+
+    @model_validator(mode="after")
+    def _names_unique(self) -> GatewayConfig:
+        names = [p.name for p in self.pools] + [f.name for f in self.fallbacks]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"pool/fallback names must be unique: {', '.join(dupes)}")
+        return self
+
+    def models(self) -> list[str]:
+        found = {m for p in self.pools for m in p.models} | {
+            m for f in self.fallbacks for m in f.models
+        }
+        return sorted(found)
+
+
+def load_gateway_config(text: str, source: str = "<config>") -> GatewayConfig:
+    """Parse YAML text; any problem is an InvalidInput naming the file and the field."""
+    try:
+        raw = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise InvalidInput(f"{source}: not YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise InvalidInput(f"{source}: the gateway config must be a mapping")
+    try:
+        return GatewayConfig.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise InvalidInput(f"{source}: {problems}") from exc

@@ -1,0 +1,224 @@
+"""Who is asking and may they: keys (cached), then one atomic reservation in the store;
+afterwards, the settlement. The store is called under a deadline: an answer that does not
+come within `storeTimeoutMs` fails the request closed (503 + Retry-After), or, opted in,
+falls back to `LocalBudgets`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from podserve.config.gateway_config import GatewayConfig, OnBudgetShort
+from podserve.gateway import tokens
+from podserve.gateway.budget import Grant, HoldPlan, Refusal, Usage, plan_hold
+from podserve.gateway.errors import (
+    ModelForbidden,
+    OverLimit,
+    StoreDown,
+    Unauthorized,
+)
+from podserve.gateway.failopen import LocalBudgets
+from podserve.gateway.keys import KeyRecord, hash_key
+from podserve.gateway.limits import window_at
+from podserve.gateway.money import FREE, Rate, usd_to_micro
+from podserve.gateway.store.base import (
+    Hold,
+    Labels,
+    Outcome,
+    ScopeSpec,
+    Settlement,
+    Store,
+    StoreUnavailable,
+    WindowSpec,
+)
+from podserve.gateway.wire import Billable, Endpoint
+
+T = TypeVar("T")
+log = logging.getLogger("podserve.gateway")
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    reservation_id: str
+    key: KeyRecord
+    model: str
+    rate: Rate
+    prompt_tokens: int
+    max_tokens: int | None  # the cap forwarded upstream (None: the request has none)
+    local: bool  # admitted by LocalBudgets while the store was down
+
+
+class Accounting:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        store: Store,
+        wall: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._config = config
+        self.store = store
+        self._wall = wall
+        self._mono = monotonic
+        self._timeout_s = config.store_timeout_ms / 1000
+        self._keys: dict[str, tuple[KeyRecord, float]] = {}
+        self._local = LocalBudgets(config.fail_open.replicas)
+        self._rates: dict[str, Rate] = {}
+        self._counters: dict[str, tokens.Counter] = {}
+        for model, price in config.prices.items():
+            self._rates[model] = Rate.per_million_usd(*price.per_million_usd())
+            if price.tokenizer is not None:
+                from pathlib import Path
+
+                self._counters[model] = tokens.TokenizerCount(Path(price.tokenizer))
+
+    async def _call(self, op: Awaitable[T]) -> T:
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                return await op
+        except (StoreUnavailable, TimeoutError) as exc:
+            raise StoreDown("the gateway's store is unavailable", retry_after_s=1) from exc
+
+    # --- keys ------------------------------------------------------------------------
+    async def authenticate(self, authorization: str | None) -> KeyRecord:
+        if not authorization or not authorization.lower().startswith("bearer "):
+            raise Unauthorized("missing API key: send Authorization: Bearer <key>")
+        digest = hash_key(authorization[7:].strip())
+        now = self._mono()
+        cached = self._keys.get(digest)
+        if cached is not None and now - cached[1] < self._config.key_cache_s:
+            record: KeyRecord | None = cached[0]
+        else:
+            try:
+                record = await self._call(self.store.find_key(digest))
+            except StoreDown:
+                if cached is None or not self._config.fail_open.enabled:
+                    raise
+                record = cached[0]  # fail-open: a key we knew a moment ago
+            if record is not None:
+                self._keys[digest] = (record, now)
+        if record is None:
+            raise Unauthorized("invalid API key")
+        if record.revoked:
+            raise Unauthorized("API key revoked")
+        if not record.usable(self._wall()):
+            raise Unauthorized("API key expired")
+        return record
+
+    # --- admission -------------------------------------------------------------------
+    def rate(self, model: str) -> Rate:
+        return self._rates.get(model, FREE)
+
+    def prompt_tokens(self, bill: Billable) -> int:
+        counter = self._counters.get(bill.model, tokens.ByteBound())
+        if bill.endpoint is Endpoint.CHAT:
+            return tokens.chat_prompt_tokens(counter, bill.texts)
+        return tokens.completion_prompt_tokens(counter, bill.texts) + bill.token_ids
+
+    def _scopes(self, key: KeyRecord) -> tuple[ScopeSpec, ...]:
+        team = self._config.teams.get(key.team)
+        ns = self._config.namespaces.get(key.namespace)
+
+        def micro(limits: object) -> int | None:
+            usd = getattr(limits, "budget_usd", None)
+            return None if usd is None else usd_to_micro(usd)
+
+        return (
+            ScopeSpec(f"key:{key.key_id}", key.budget_micro),
+            ScopeSpec(f"team:{key.team}", micro(team)),
+            ScopeSpec(f"namespace:{key.namespace}", micro(ns)),
+        )
+
+    def _windows(self, key: KeyRecord) -> tuple[tuple[WindowSpec, ...], tuple[WindowSpec, ...]]:
+        window = window_at(self._wall())
+        team = self._config.teams.get(key.team)
+        limits = [(f"key:{key.key_id}", key.rpm, key.tpm)]
+        if team is not None:
+            limits.append((f"team:{key.team}", team.rpm, team.tpm))
+        rpm = tuple(
+            WindowSpec(window.counter("rpm", s), f"rpm:{s}", r, window.resets_in_s)
+            for s, r, _ in limits
+            if r is not None
+        )
+        tpm = tuple(
+            WindowSpec(window.counter("tpm", s), f"tpm:{s}", t, window.resets_in_s)
+            for s, _, t in limits
+            if t is not None
+        )
+        return rpm, tpm
+
+    async def admit(self, key: KeyRecord, bill: Billable) -> Admission:
+        if not key.allows(bill.model):
+            raise ModelForbidden(f"this key may not use model '{bill.model}'")
+        rate = self.rate(bill.model)
+        prompt = self.prompt_tokens(bill)
+        generates = bill.endpoint in (Endpoint.COMPLETIONS, Endpoint.CHAT)
+        if generates:
+            requested = None if bill.max_tokens is None else bill.max_tokens * bill.choices
+            default = self._config.defaults.max_tokens * bill.choices
+            clamp = self._config.defaults.on_budget_short is OnBudgetShort.CLAMP
+            plan = plan_hold(prompt, requested, default, clamp, rate)
+            plan = HoldPlan(
+                plan.prompt_tokens, plan.max_tokens, max(plan.min_tokens, bill.choices), rate
+            )
+        else:
+            plan = HoldPlan(prompt, 0, 0, rate)
+        rpm, tpm = self._windows(key)
+        hold = Hold(
+            reservation_id=uuid.uuid4().hex,
+            plan=plan,
+            scopes=self._scopes(key),
+            rpm=rpm,
+            tpm=tpm,
+            lease_until=self._wall() + self._config.defaults.lease_s,
+            labels=Labels(key.key_id, key.team, key.namespace, bill.model),
+        )
+        local = False
+        try:
+            decision = await self._call(self.store.reserve(hold))
+        except StoreDown:
+            if not self._config.fail_open.enabled:
+                raise
+            log.warning("store down: admitting against the local share of the budget")
+            decision, local = self._local.reserve(hold), True
+        if isinstance(decision, Refusal):
+            raise OverLimit(
+                _refusal_message(decision), decision.reason.value, decision.retry_after_s
+            )
+        assert isinstance(decision, Grant)
+        cap = decision.max_tokens // bill.choices if generates else None
+        return Admission(hold.reservation_id, key, bill.model, rate, prompt, cap, local)
+
+    async def settle(
+        self, admission: Admission, usage: Usage, outcome: Outcome, upstream: str
+    ) -> int:
+        """Record the real cost; returns it in micro-dollars."""
+        cost = admission.rate.cost_micro(usage.prompt_tokens, usage.completion_tokens)
+        if admission.local:
+            self._local.settle(admission.reservation_id, cost)
+            log.warning(
+                "settled while the store was down",
+                extra={"key_id": admission.key.key_id, "cost_micro": cost},
+            )
+            return cost
+        settlement = Settlement(
+            admission.reservation_id, usage, cost, upstream, outcome, self._wall()
+        )
+        try:
+            await self._call(self.store.settle(settlement))
+        except StoreDown:
+            # The reservation stays held; its lease expires and charges it in full.
+            log.error("settlement failed: the lease will charge the reservation")
+        return cost
+
+
+def _refusal_message(refusal: Refusal) -> str:
+    if refusal.reason.value == "budget":
+        return f"budget exhausted for {refusal.scope}"
+    return f"rate limit reached for {refusal.scope}; retry in {refusal.retry_after_s}s"

@@ -1,0 +1,323 @@
+"""The gateway's HTTP edge (Starlette): decode, call accounting and the forwarder, encode.
+
+Routes: the OpenAI-compatible `/v1/models`, `/v1/completions`, `/v1/chat/completions`
+(SSE), `/v1/embeddings`; OIP v2 `/v2/models/{m}[/versions/{v}]/infer` and model metadata;
+the gateway's own `/healthz`, `/ready`, `/metrics`. Every response carries
+`x-podserve-gateway-overhead-ms`: the time until its headers minus the upstream's share.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+
+import httpx
+import orjson
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from podserve.config.gateway_config import GatewayConfig, RedisPostgresStore
+from podserve.gateway.accounting import Accounting, Admission
+from podserve.gateway.budget import Usage
+from podserve.gateway.errors import GatewayError, InvalidRequest, UnknownModel
+from podserve.gateway.forward import Attempted, Forwarder
+from podserve.gateway.metrics import CONTENT_TYPE, GatewayMetrics
+from podserve.gateway.relay import RelayResponse
+from podserve.gateway.retry_budget import RetryBudget
+from podserve.gateway.routing import Router
+from podserve.gateway.scrape import Scraper
+from podserve.gateway.sse import EventRelay, StreamTally
+from podserve.gateway.store.base import Outcome, Store
+from podserve.gateway.wire import (
+    BadRequest,
+    Billable,
+    Endpoint,
+    billable,
+    error_body,
+    forwarded_body,
+    parse_body,
+)
+
+OVERHEAD_HEADER = "x-podserve-gateway-overhead-ms"
+log = logging.getLogger("podserve.gateway")
+
+
+class Gateway:
+    """Everything one gateway replica holds; `asgi()` is its HTTP app."""
+
+    def __init__(self, config: GatewayConfig, store: Store, hosted_keys: Mapping[str, str]) -> None:
+        self.config = config
+        self.metrics = GatewayMetrics()
+        self.router = Router(config)
+        self.retry_budget = RetryBudget(config.routing.retry_budget_ratio)
+        self.accounting = Accounting(config, store)
+        r = config.routing
+        client = httpx.AsyncClient(
+            timeout=httpx.Timeout(r.read_timeout_s, connect=r.connect_timeout_s),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=512),
+        )
+        self.forwarder = Forwarder(
+            self.router, self.retry_budget, self.metrics, hosted_keys, client
+        )
+        self.scraper = Scraper(self.router, r.scrape_interval_ms / 1000)
+        self._housekeeping: asyncio.Task[None] | None = None
+
+    # --- lifecycle -------------------------------------------------------------------
+    async def _housekeep(self) -> None:
+        store = self.accounting.store
+        lease_every_s = max(0.05, min(5.0, self.config.defaults.lease_s / 4))
+        last_lease = 0.0
+        while True:
+            await asyncio.sleep(0.2)  # a period, not synchronisation
+            try:
+                if time.monotonic() - last_lease >= lease_every_s:
+                    await store.expire_leases(time.time())
+                    last_lease = time.monotonic()
+                drain = getattr(store, "drain_ledger", None)
+                if drain is not None:
+                    await drain()
+            except Exception:  # the store may be down: keep trying, fail requests closed
+                log.warning("gateway housekeeping failed", exc_info=True)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:
+        setup = getattr(self.accounting.store, "setup", None)
+        if setup is not None:
+            await setup()
+        await self.scraper.start()
+        self._housekeeping = asyncio.create_task(self._housekeep())
+        try:
+            yield
+        finally:
+            self._housekeeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._housekeeping
+            await self.scraper.stop()
+            await self.forwarder.client.aclose()
+            await self.accounting.store.close()
+
+    def asgi(self) -> Starlette:
+        return Starlette(
+            routes=[
+                Route("/healthz", self._ok, methods=["GET"]),
+                Route("/ready", self._ok, methods=["GET"]),
+                Route("/metrics", self._metrics, methods=["GET"]),
+                Route("/v1/models", self._models, methods=["GET"]),
+                Route("/v1/completions", self._completions, methods=["POST"]),
+                Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/v1/embeddings", self._embeddings, methods=["POST"]),
+                Route("/v2/models/{model}/infer", self._v2_infer, methods=["POST"]),
+                Route(
+                    "/v2/models/{model}/versions/{version}/infer",
+                    self._v2_infer,
+                    methods=["POST"],
+                ),
+            ],
+            lifespan=self.lifespan,
+        )
+
+    # --- small routes ----------------------------------------------------------------
+    async def _ok(self, _request: Request) -> Response:
+        return Response(b'{"status":"ok"}', media_type="application/json")
+
+    async def _metrics(self, _request: Request) -> Response:
+        return Response(self.metrics.exposition(), media_type=CONTENT_TYPE)
+
+    async def _models(self, request: Request) -> Response:
+        started = time.perf_counter()
+        try:
+            key = await self.accounting.authenticate(request.headers.get("authorization"))
+        except GatewayError as exc:
+            return self._refuse(exc, started)
+        models = [m for m in self.config.models() if key.allows(m)]
+        body = {
+            "object": "list",
+            "data": [
+                {"id": m, "object": "model", "created": 0, "owned_by": "podserve"} for m in models
+            ],
+        }
+        return self._json(orjson.dumps(body), 200, started, 0.0)
+
+    # --- the proxied routes ----------------------------------------------------------
+    async def _completions(self, request: Request) -> Response:
+        return await self._proxy(request, Endpoint.COMPLETIONS)
+
+    async def _chat(self, request: Request) -> Response:
+        return await self._proxy(request, Endpoint.CHAT)
+
+    async def _embeddings(self, request: Request) -> Response:
+        return await self._proxy(request, Endpoint.EMBEDDINGS)
+
+    async def _v2_infer(self, request: Request) -> Response:
+        return await self._proxy(request, Endpoint.V2)
+
+    async def _proxy(self, request: Request, endpoint: Endpoint) -> Response:
+        started = time.perf_counter()
+        rid = request.headers.get("x-request-id") or uuid.uuid4().hex
+        try:
+            key = await self.accounting.authenticate(request.headers.get("authorization"))
+            raw = await request.body()
+            if endpoint is Endpoint.V2:
+                model = request.path_params["model"]
+                bill = Billable(model, endpoint, False, False, None, "", 1, (), 0)
+                body = raw
+            else:
+                parsed = parse_body(raw)
+                bill = billable(parsed, endpoint)
+            if not self.router.knows(bill.model):
+                raise UnknownModel(f"model '{bill.model}' is not served by this gateway")
+            admission = await self.accounting.admit(key, bill)
+        except BadRequest as exc:
+            return self._refuse(InvalidRequest(str(exc)), started)
+        except GatewayError as exc:
+            return self._refuse(exc, started)
+        if endpoint is not Endpoint.V2:
+            force_usage = bill.stream and endpoint is not Endpoint.EMBEDDINGS
+            body = forwarded_body(parsed, bill, admission.max_tokens, force_usage)
+        try:
+            attempt = await self.forwarder.send(bill.model, request.url.path, body, rid)
+        except GatewayError as exc:
+            await self._settle(admission, Usage(0, 0), Outcome.ERROR, "", 503)
+            return self._refuse(exc, started)
+        response = attempt.response
+        is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
+        if response.status_code == 200 and is_sse:
+            return self._stream(attempt, admission, bill, started)
+        try:
+            content = await response.aread()
+        except httpx.HTTPError as exc:
+            self.forwarder.finished(attempt, False)
+            await self._settle(admission, Usage(0, 0), Outcome.ERROR, attempt.target.upstream, 502)
+            return self._refuse(InvalidRequest(f"upstream failed: {exc}"), started)
+        finally:
+            await response.aclose()
+        upstream_s = attempt.upstream_s
+        self.forwarder.finished(attempt, response.status_code < 500)
+        usage, outcome = self._usage_of(content, response.status_code, admission)
+        reply = self._json(
+            content,
+            response.status_code,
+            started,
+            upstream_s,
+            response.headers.get("content-type", "application/json"),
+        )
+        reply.headers["x-podserve-gateway-upstream"] = attempt.target.upstream
+        # Settled after the body is sent: the store's round trip is not the client's wait.
+        reply.background = BackgroundTask(
+            self._settle,
+            admission,
+            usage,
+            outcome,
+            attempt.target.upstream,
+            response.status_code,
+        )
+        return reply
+
+    def _stream(
+        self, attempt: Attempted, admission: Admission, bill: Billable, started: float
+    ) -> Response:
+        upstream = attempt.target.upstream
+
+        async def finish(outcome: Outcome, tally: StreamTally) -> None:
+            self.forwarder.finished(attempt, True)
+            if tally.usage is not None:
+                usage, final = tally.usage, Outcome.OK
+            elif outcome is Outcome.CANCELLED:
+                usage, final = Usage(admission.prompt_tokens, tally.tokens_sent), outcome
+            else:  # finished without a usage chunk: charge the whole hold
+                usage, final = self._hold_usage(admission, bill), Outcome.OK
+            await self._settle(admission, usage, final, upstream, 200)
+
+        overhead_ms = (time.perf_counter() - started - attempt.upstream_s) * 1000
+        self.metrics.overhead.observe(overhead_ms / 1000)
+        headers = {
+            OVERHEAD_HEADER: f"{overhead_ms:.3f}",
+            "x-podserve-gateway-upstream": upstream,
+            "cache-control": "no-cache",
+        }
+        return RelayResponse(attempt.response, EventRelay(bill.wants_usage), headers, finish)
+
+    # --- helpers ---------------------------------------------------------------------
+    @staticmethod
+    def _hold_usage(admission: Admission, bill: Billable) -> Usage:
+        cap = (admission.max_tokens or 0) * bill.choices
+        return Usage(admission.prompt_tokens, cap)
+
+    def _usage_of(self, content: bytes, status: int, admission: Admission) -> tuple[Usage, Outcome]:
+        if status >= 400:
+            return Usage(0, 0), Outcome.ERROR  # nothing generated, nothing charged
+        try:
+            payload = orjson.loads(content)
+        except orjson.JSONDecodeError:
+            payload = None
+        usage = payload.get("usage") if isinstance(payload, dict) else None
+        if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
+            completion = usage.get("completion_tokens")
+            return Usage(
+                usage["prompt_tokens"], completion if isinstance(completion, int) else 0
+            ), Outcome.OK
+        if admission.max_tokens is None:
+            return Usage(admission.prompt_tokens, 0), Outcome.OK  # v2: no tokens to bill
+        return Usage(admission.prompt_tokens, admission.max_tokens), Outcome.OK
+
+    async def _settle(
+        self, admission: Admission, usage: Usage, outcome: Outcome, upstream: str, code: int
+    ) -> None:
+        cost = await self.accounting.settle(admission, usage, outcome, upstream)
+        key = admission.key
+        labels = (key.namespace, key.team, admission.model)
+        self.metrics.requests.labels(*labels, upstream or "none", str(code)).inc()
+        if usage.prompt_tokens:
+            self.metrics.tokens.labels(*labels, upstream, "prompt").inc(usage.prompt_tokens)
+        if usage.completion_tokens:
+            self.metrics.tokens.labels(*labels, upstream, "completion").inc(usage.completion_tokens)
+        if cost:
+            self.metrics.spend.labels(*labels).inc(cost / 1_000_000)
+
+    def _json(
+        self,
+        content: bytes,
+        status: int,
+        started: float,
+        upstream_s: float,
+        media_type: str = "application/json",
+    ) -> Response:
+        overhead_ms = (time.perf_counter() - started - upstream_s) * 1000
+        self.metrics.overhead.observe(overhead_ms / 1000)
+        return Response(
+            content,
+            status_code=status,
+            media_type=media_type,
+            headers={OVERHEAD_HEADER: f"{overhead_ms:.3f}"},
+        )
+
+    def _refuse(self, exc: GatewayError, started: float) -> Response:
+        self.metrics.rejections.labels(exc.reason).inc()
+        reply = self._json(error_body(str(exc), exc.kind, exc.reason), exc.status, started, 0.0)
+        if exc.retry_after_s is not None:
+            reply.headers["retry-after"] = str(exc.retry_after_s)
+        return reply
+
+
+def open_store(config: GatewayConfig, env: Mapping[str, str]) -> Store:
+    """The configured store (the CLI passes its environment for the *Env settings)."""
+    store = config.store
+    timeout_s = config.store_timeout_ms / 1000
+    if isinstance(store, RedisPostgresStore):
+        from podserve.gateway.store.redis_postgres import RedisPostgresStore as Shared
+
+        redis_url = store.redis if store.redis is not None else env.get(store.redis_env or "")
+        dsn = store.postgres if store.postgres is not None else env.get(store.postgres_env or "")
+        if not redis_url or not dsn:
+            raise InvalidRequest("store: the Redis URL or PostgreSQL DSN env var is not set")
+        return Shared(redis_url, dsn, timeout_s)
+    from podserve.gateway.store.sqlite import SqliteStore
+
+    return SqliteStore(store.path)

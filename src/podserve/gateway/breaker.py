@@ -1,0 +1,57 @@
+"""A circuit breaker per upstream endpoint: closed → open → half-open, on an injected clock.
+
+Envoy's outlier detection ejects a host after `consecutive_5xx` (default 5) failures for a
+base ejection time; Hystrix then lets one trial request through. Same shape here: after
+`failures` consecutive failures the endpoint is skipped for `open_s`; then exactly one
+probe is let through, and its outcome closes or re-opens the breaker.
+(envoyproxy/envoy api/envoy/config/cluster/v3/outlier_detection.proto)
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class BreakerState(Enum):
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half-open"  # one probe in flight
+
+
+class Breaker:
+    __slots__ = ("_failures", "_opened_at_s", "_state", "failures", "open_s")
+
+    def __init__(self, failures: int = 5, open_s: float = 10.0) -> None:
+        self.failures = failures
+        self.open_s = open_s
+        self._state = BreakerState.CLOSED
+        self._failures = 0
+        self._opened_at_s = 0.0
+
+    @property
+    def state(self) -> BreakerState:
+        return self._state
+
+    def allows(self, now_s: float) -> bool:
+        """May a request go to this endpoint now? (Does not reserve the probe.)"""
+        if self._state is BreakerState.CLOSED:
+            return True
+        if self._state is BreakerState.OPEN:
+            return now_s - self._opened_at_s >= self.open_s
+        return False  # a probe is already in flight
+
+    def on_attempt(self, now_s: float) -> None:
+        """A request is being sent: after the open period it becomes the one probe."""
+        if self._state is BreakerState.OPEN and now_s - self._opened_at_s >= self.open_s:
+            self._state = BreakerState.HALF_OPEN
+
+    def on_success(self) -> None:
+        self._state = BreakerState.CLOSED
+        self._failures = 0
+
+    def on_failure(self, now_s: float) -> None:
+        self._failures += 1
+        if self._state is BreakerState.HALF_OPEN or self._failures >= self.failures:
+            self._state = BreakerState.OPEN
+            self._opened_at_s = now_s
+            self._failures = 0

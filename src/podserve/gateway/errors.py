@@ -1,0 +1,61 @@
+"""The gateway's refusals, each carrying its status code; mapped to a response once, in
+`app.py`."""
+
+from __future__ import annotations
+
+from podserve.gateway.wire import ErrorType
+
+
+class GatewayError(Exception):
+    status = 500
+    kind = ErrorType.UNAVAILABLE
+    reason = "error"  # the podserve_gateway_rejections_total label
+
+    def __init__(self, message: str, retry_after_s: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class InvalidRequest(GatewayError):
+    status = 400
+    kind = ErrorType.INVALID
+    reason = "invalid"
+
+
+class Unauthorized(GatewayError):
+    status = 401
+    kind = ErrorType.AUTH
+    reason = "auth"
+
+
+class ModelForbidden(GatewayError):
+    status = 403
+    kind = ErrorType.PERMISSION
+    reason = "model"
+
+
+class UnknownModel(GatewayError):
+    status = 404
+    kind = ErrorType.INVALID
+    reason = "unknown_model"
+
+
+class OverLimit(GatewayError):
+    status = 429
+    kind = ErrorType.RATE
+
+    def __init__(self, message: str, reason: str, retry_after_s: int) -> None:
+        super().__init__(message, retry_after_s)
+        self.reason = reason
+        if reason == "budget":
+            self.kind = ErrorType.BUDGET
+
+
+class StoreDown(GatewayError):
+    status = 503
+    reason = "store"
+
+
+class NoUpstream(GatewayError):
+    status = 503
+    reason = "no_upstream"

@@ -1,0 +1,51 @@
+"""Admission while the store is down, for operators who opt in (`failOpen.enabled`).
+
+Each replica then admits against budgets divided by the replica count, counted in memory
+from the moment the store failed: N replicas together can spend at most the budget during
+the outage, however it is split. Rate limits are not enforced meanwhile (they cannot be
+exact without the shared counters). What was spent is logged and kept in `spent_micro`; it
+does not reach the ledger (docs/gateway.md, "Store outages").
+"""
+
+from __future__ import annotations
+
+from podserve.gateway.budget import Grant, Refusal, ScopeState, grant
+from podserve.gateway.store.base import Hold
+
+
+class LocalBudgets:
+    def __init__(self, replicas: int) -> None:
+        self._replicas = replicas
+        self._committed: dict[str, int] = {}
+        self._reserved: dict[str, int] = {}
+        self._holds: dict[str, tuple[tuple[str, ...], int]] = {}
+
+    def holds(self, reservation_id: str) -> bool:
+        return reservation_id in self._holds
+
+    def reserve(self, hold: Hold) -> Grant | Refusal:
+        states = [
+            ScopeState(
+                s.name,
+                None if s.limit_micro is None else s.limit_micro // self._replicas,
+                self._committed.get(s.name, 0),
+                self._reserved.get(s.name, 0),
+            )
+            for s in hold.scopes
+        ]
+        decision = grant(hold.plan, states)
+        if isinstance(decision, Grant):
+            names = tuple(s.name for s in hold.scopes)
+            for name in names:
+                self._reserved[name] = self._reserved.get(name, 0) + decision.amount_micro
+            self._holds[hold.reservation_id] = (names, decision.amount_micro)
+        return decision
+
+    def settle(self, reservation_id: str, cost_micro: int) -> None:
+        names, amount = self._holds.pop(reservation_id)
+        for name in names:
+            self._reserved[name] -= amount
+            self._committed[name] = self._committed.get(name, 0) + cost_micro
+
+    def spent_micro(self, scope: str) -> int:
+        return self._committed.get(scope, 0)

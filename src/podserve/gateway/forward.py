@@ -1,0 +1,102 @@
+"""Send a request upstream: targets in the router's order, retrying only before the first
+response byte and only while the retry budget allows.
+
+A retryable failure is a connection error or a 502/503/504 status: nothing has reached the
+client yet, so the next target can take the request whole. Once response headers other
+than those are back, the attempt is final (a stream cut in the middle is never replayed:
+the client already holds part of it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import httpx
+
+from podserve.gateway.errors import NoUpstream
+from podserve.gateway.metrics import GatewayMetrics
+from podserve.gateway.retry_budget import RetryBudget
+from podserve.gateway.routing import Router, Target
+
+RETRYABLE_STATUS = frozenset({502, 503, 504})
+
+
+@dataclass(slots=True)
+class Attempted:
+    target: Target
+    response: httpx.Response
+    upstream_s: float  # time spent waiting for the upstream's headers
+    attempts: int
+
+
+class Forwarder:
+    def __init__(
+        self,
+        router: Router,
+        budget: RetryBudget,
+        metrics: GatewayMetrics,
+        hosted_keys: Mapping[str, str],
+        client: httpx.AsyncClient,
+    ) -> None:
+        self._router = router
+        self._budget = budget
+        self._metrics = metrics
+        self._hosted_keys = hosted_keys
+        self.client = client
+
+    def _request(self, target: Target, path: str, body: bytes, rid: str) -> httpx.Request:
+        headers = {"content-type": "application/json", "x-request-id": rid}
+        if target.hosted:
+            # A hosted base URL already ends in /v1.
+            url = target.base_url + path.removeprefix("/v1")
+            key = self._hosted_keys.get(target.upstream)
+            if key:
+                headers["authorization"] = f"Bearer {key}"
+        else:
+            url = target.base_url + path
+        return self.client.build_request("POST", url, content=body, headers=headers)
+
+    async def send(self, model: str, path: str, body: bytes, rid: str) -> Attempted:
+        self._budget.on_request()
+        targets = self._router.plan(model, time.monotonic())
+        if not targets:
+            raise NoUpstream(f"no upstream can serve '{model}' now", retry_after_s=1)
+        last: Attempted | None = None
+        error = "no attempt made"
+        for index, target in enumerate(targets):
+            if index > 0:
+                if not self._budget.try_retry():
+                    break
+                self._metrics.retries.labels(target.upstream).inc()
+            started = time.perf_counter()
+            self._router.on_start(target, time.monotonic())
+            try:
+                response = await self.client.send(
+                    self._request(target, path, body, rid), stream=True
+                )
+            except httpx.HTTPError as exc:
+                self._router.on_finish(target, False, time.monotonic())
+                error = f"{target.upstream}: {type(exc).__name__}"
+                continue
+            waited = time.perf_counter() - started
+            self._metrics.upstream_latency.labels(target.upstream).observe(waited)
+            if response.status_code in RETRYABLE_STATUS:
+                if last is not None:
+                    await last.response.aclose()
+                last = Attempted(target, response, waited, index + 1)
+                self._router.on_finish(target, False, time.monotonic())
+                continue
+            if last is not None:
+                await last.response.aclose()
+            return Attempted(target, response, waited, index + 1)
+        if last is not None:
+            return last  # every target overloaded: pass the last 503 on, as it came
+        raise NoUpstream(f"no upstream answered for '{model}' ({error})", retry_after_s=1)
+
+    def finished(self, attempt: Attempted, ok: bool) -> None:
+        """The response is done (success or not): release the endpoint's in-flight slot."""
+        if attempt.response.status_code in RETRYABLE_STATUS:
+            return  # already accounted when the attempt was judged a failure
+        self._router.on_finish(attempt.target, ok, time.monotonic())

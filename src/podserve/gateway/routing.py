@@ -1,0 +1,166 @@
+"""Endpoint choice: weighted split between pools, the least loaded ready pod in a pool,
+hosted fallbacks last. Pure: loads arrive from the scraper, time is an argument.
+
+Scoring follows the Gateway API Inference Extension's endpoint picker (its queue and
+KV-cache scorers, each normalised across the candidate pods and summed,
+kubernetes-sigs/gateway-api-inference-extension pkg/epp/scheduling/framework/plugins/scorer):
+a pod's queue is `waiting + running` from its last scrape plus the requests this gateway
+sent it since (scrapes are up to one interval stale, and a burst would otherwise all land on
+the pod that looked idle). A pod is skipped when its /ready failed, its breaker is open, or
+its waiting count is over the pool's `maxWaiting` (saturated). With no eligible pod in the
+chosen pool, the other pools serving the model come next, then the fallbacks in order.
+
+The split between pools is nginx's smooth weighted round-robin
+(nginx/nginx src/http/ngx_http_upstream_round_robin.c, ngx_http_upstream_get_peer): over
+any run of sum(weights) picks each pool gets exactly its weight, so a 5% canary gets 5%.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from podserve.config.gateway_config import GatewayConfig
+from podserve.gateway.breaker import Breaker
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointLoad:
+    ready: bool
+    waiting: float = 0.0
+    running: float = 0.0
+    kv_usage: float = 0.0  # 0..1
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    upstream: str  # pool or fallback name
+    base_url: str
+    hosted: bool
+
+
+@dataclass(slots=True)
+class _PoolState:
+    name: str
+    weight: int
+    max_waiting: float
+    endpoints: tuple[str, ...]
+    current: int = 0  # smooth weighted round-robin's running weight
+
+
+@dataclass(slots=True)
+class _ModelRoutes:
+    pools: list[_PoolState] = field(default_factory=list)
+    fallbacks: list[Target] = field(default_factory=list)
+
+
+class Router:
+    def __init__(self, config: GatewayConfig) -> None:
+        self._routes: dict[str, _ModelRoutes] = {}
+        pools = {
+            p.name: _PoolState(
+                p.name, p.weight, p.max_waiting, tuple(e.rstrip("/") for e in p.endpoints)
+            )
+            for p in config.pools
+        }
+        for pool in config.pools:
+            for model in pool.models:
+                self._routes.setdefault(model, _ModelRoutes()).pools.append(pools[pool.name])
+        for fb in config.fallbacks:
+            for model in fb.models:
+                target = Target(fb.name, fb.base_url.rstrip("/"), hosted=True)
+                self._routes.setdefault(model, _ModelRoutes()).fallbacks.append(target)
+        self._pool_of = {ep.rstrip("/"): p.name for p in config.pools for ep in p.endpoints}
+        self._loads: dict[str, EndpointLoad] = {}
+        self._inflight: dict[str, int] = {}
+        self._rotation = 0
+        r = config.routing
+        self._breakers: dict[str, Breaker] = {}
+        self._breaker_args = (r.breaker_failures, r.breaker_open_s)
+
+    # --- inputs ----------------------------------------------------------------------
+    def endpoints(self) -> list[str]:
+        return sorted(self._pool_of)
+
+    def update_load(self, endpoint: str, load: EndpointLoad) -> None:
+        self._loads[endpoint] = load
+
+    def breaker(self, key: str) -> Breaker:
+        found = self._breakers.get(key)
+        if found is None:
+            found = self._breakers[key] = Breaker(*self._breaker_args)
+        return found
+
+    def on_start(self, target: Target, now_s: float) -> None:
+        self.breaker(target.base_url).on_attempt(now_s)
+        self._inflight[target.base_url] = self._inflight.get(target.base_url, 0) + 1
+
+    def on_finish(self, target: Target, ok: bool, now_s: float) -> None:
+        self._inflight[target.base_url] = self._inflight.get(target.base_url, 1) - 1
+        if ok:
+            self.breaker(target.base_url).on_success()
+        else:
+            self.breaker(target.base_url).on_failure(now_s)
+
+    # --- decision --------------------------------------------------------------------
+    def knows(self, model: str) -> bool:
+        return model in self._routes
+
+    def plan(self, model: str, now_s: float) -> list[Target]:
+        """Targets to try in order; empty when nothing can serve the model now."""
+        routes = self._routes.get(model)
+        if routes is None:
+            return []
+        order: list[Target] = []
+        chosen = self._pick_pool(routes.pools)
+        pools = (
+            routes.pools
+            if chosen is None
+            else [chosen] + [p for p in routes.pools if p is not chosen]
+        )
+        for pool in pools:
+            order.extend(self._rank(pool, now_s))
+        order.extend(t for t in routes.fallbacks if self.breaker(t.base_url).allows(now_s))
+        return order
+
+    def _pick_pool(self, pools: list[_PoolState]) -> _PoolState | None:
+        live = [p for p in pools if p.weight > 0]
+        if not live:
+            return None
+        total = sum(p.weight for p in live)
+        best = live[0]
+        for pool in live:
+            pool.current += pool.weight
+            if pool.current > best.current:
+                best = pool
+        best.current -= total
+        return best
+
+    def _rank(self, pool: _PoolState, now_s: float) -> list[Target]:
+        eligible: list[tuple[str, float, float]] = []
+        for ep in pool.endpoints:
+            load = self._loads.get(ep)
+            if load is None or not load.ready or load.waiting > pool.max_waiting:
+                continue
+            if not self.breaker(ep).allows(now_s):
+                continue
+            queue = load.waiting + load.running + self._inflight.get(ep, 0)
+            eligible.append((ep, queue, load.kv_usage))
+        if not eligible:
+            return []
+        queue_scores = _normalised([q for _, q, _ in eligible])
+        kv_scores = _normalised([kv for _, _, kv in eligible])
+        self._rotation += 1
+        n = len(eligible)
+        # Lower is better; ties go to the next pod in rotation, not always the first.
+        ranked = sorted(
+            range(n),
+            key=lambda i: (queue_scores[i] + kv_scores[i], (i - self._rotation) % n),
+        )
+        return [Target(pool.name, eligible[i][0], hosted=False) for i in ranked]
+
+
+def _normalised(values: list[float]) -> list[float]:
+    low, high = min(values), max(values)
+    if high == low:
+        return [0.0] * len(values)
+    return [(v - low) / (high - low) for v in values]

@@ -1,0 +1,45 @@
+"""Run one gateway replica under uvicorn until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import uvicorn
+
+from podserve.config.gateway_config import GatewayConfig
+from podserve.gateway.app import Gateway, open_store
+
+log = logging.getLogger("podserve.gateway")
+
+
+async def serve_gateway(config: GatewayConfig, host: str, port: int, env: Mapping[str, str]) -> int:
+    hosted_keys = {
+        fb.name: env.get(fb.api_key_env, "") for fb in config.fallbacks if fb.api_key_env
+    }
+    missing = [
+        fb.api_key_env for fb in config.fallbacks if fb.api_key_env and not hosted_keys.get(fb.name)
+    ]
+    if missing:
+        log.warning("fallback API key env vars are unset", extra={"env": missing})
+    # httpx logs every request at INFO: one line per proxied call and per scrape.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    gateway = Gateway(config, open_store(config, env), hosted_keys)
+    uv_config = uvicorn.Config(
+        gateway.asgi(),
+        host=host,
+        port=port,
+        lifespan="on",
+        log_config=None,
+        access_log=False,
+        server_header=False,
+        timeout_graceful_shutdown=5,
+    )
+    server = uvicorn.Server(uv_config)
+    # Bind first so an ephemeral port is known (and logged) before serving.
+    sock = uv_config.bind_socket()
+    sock.listen(uv_config.backlog)
+    http_port = sock.getsockname()[1]
+    log.info("podserve gateway listening", extra={"http_port": http_port})
+    await server.serve(sockets=[sock])
+    return 0

@@ -1,0 +1,103 @@
+"""Pod load from `/metrics` and `/ready`, polled in the background.
+
+Only four series are read, so the exposition is scanned line by line for them rather than
+parsed whole (a podserve pod exports hundreds of histogram lines; the endpoint picker polls
+every 50 ms, and so may we). Names: vLLM's `vllm:num_requests_waiting`,
+`vllm:num_requests_running` and `vllm:kv_cache_usage_perc` (a 0-1 fraction despite the
+name, vllm/v1/metrics/loggers.py), and podserve's `podserve_queue_depth` (batched models'
+queue, src/podserve/obs/metrics.py). Series summed over a pod's models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+
+import httpx
+
+from podserve.gateway.routing import EndpointLoad, Router
+
+_WAITING = ("vllm:num_requests_waiting", "podserve_queue_depth")
+_RUNNING = ("vllm:num_requests_running",)
+_KV = ("vllm:kv_cache_usage_perc",)
+_WANTED = frozenset(_WAITING + _RUNNING + _KV)
+
+
+def parse_load(text: str, ready: bool) -> EndpointLoad:
+    waiting = running = kv = 0.0
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue
+        ends = [i for i in (line.find("{"), line.find(" ")) if i >= 0]
+        if not ends:
+            continue
+        cut = min(ends)
+        name = line[:cut]
+        if name not in _WANTED:
+            continue
+        # Label values may hold spaces: the value follows the closing brace.
+        rest = line[line.rfind("}") + 1 :] if line[cut] == "{" else line[cut:]
+        fields = rest.split()
+        if not fields:
+            continue
+        try:
+            value = float(fields[0])
+        except ValueError:
+            continue
+        if math.isnan(value):
+            continue
+        if name in _WAITING:
+            waiting += value
+        elif name in _RUNNING:
+            running += value
+        else:
+            kv = max(kv, value)
+    return EndpointLoad(ready=ready, waiting=waiting, running=running, kv_usage=kv)
+
+
+async def scrape_once(client: httpx.AsyncClient, endpoint: str) -> EndpointLoad:
+    """One pod's load; a pod that does not answer both probes counts as not ready."""
+    try:
+        ready_resp, metrics_resp = await asyncio.gather(
+            client.get(f"{endpoint}/ready"), client.get(f"{endpoint}/metrics")
+        )
+    except httpx.HTTPError:
+        return EndpointLoad(ready=False)
+    if metrics_resp.status_code != 200:
+        return EndpointLoad(ready=False)
+    return parse_load(metrics_resp.text, ready_resp.status_code == 200)
+
+
+class Scraper:
+    """Refreshes the router's view of every pool endpoint each interval."""
+
+    def __init__(self, router: Router, interval_s: float, timeout_s: float = 1.0) -> None:
+        self._router = router
+        self._interval_s = interval_s
+        self._client = httpx.AsyncClient(timeout=timeout_s)
+        self._task: asyncio.Task[None] | None = None
+        self.rounds = 0
+
+    async def refresh(self) -> None:
+        endpoints = self._router.endpoints()
+        loads = await asyncio.gather(*(scrape_once(self._client, ep) for ep in endpoints))
+        for endpoint, load in zip(endpoints, loads, strict=True):
+            self._router.update_load(endpoint, load)
+        self.rounds += 1
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval_s)  # a poll period, not synchronisation
+            await self.refresh()
+
+    async def start(self) -> None:
+        await self.refresh()  # serve from the first request with a real view
+        self._task = asyncio.create_task(self._loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self._client.aclose()

@@ -1,0 +1,110 @@
+"""The store seam: one protocol, two real implementations (SQLite; Redis + PostgreSQL).
+
+Everything a gateway replica must agree on with the others lives behind it: keys, budget
+counters (committed and reserved micro-dollars per scope), rate windows, reservations with
+their leases, and the spend ledger. `reserve` and `settle` are atomic in each store; a
+store that cannot answer raises `StoreUnavailable` and the edge fails closed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from podserve.gateway.budget import Grant, HoldPlan, Refusal, Usage
+from podserve.gateway.keys import KeyRecord
+
+
+class StoreUnavailable(Exception):
+    """The store did not answer (down, too slow, or refused the connection)."""
+
+
+class Outcome(StrEnum):
+    OK = "ok"
+    CANCELLED = "cancelled"
+    ERROR = "error"  # nothing served: charged nothing
+    EXPIRED = "expired"  # lease ran out: charged the whole reservation
+
+
+class Dimension(StrEnum):
+    KEY = "key"
+    TEAM = "team"
+    NAMESPACE = "namespace"
+    MODEL = "model"
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeSpec:
+    name: str  # "key:<id>", "team:<t>", "namespace:<n>"
+    limit_micro: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class WindowSpec:
+    counter: str  # window-qualified, e.g. "rpm:key:<id>:29010203"
+    name: str  # for the refusal, e.g. "rpm:key:<id>"
+    limit: int
+    resets_in_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Labels:
+    key_id: str
+    team: str
+    namespace: str
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    reservation_id: str
+    plan: HoldPlan
+    scopes: tuple[ScopeSpec, ...]
+    rpm: tuple[WindowSpec, ...]
+    tpm: tuple[WindowSpec, ...]
+    lease_until: float  # wall-clock seconds
+    labels: Labels
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    reservation_id: str
+    usage: Usage
+    cost_micro: int
+    upstream: str
+    outcome: Outcome
+    at: float  # wall-clock seconds
+
+
+@dataclass(frozen=True, slots=True)
+class SpendRow:
+    group: str
+    cost_micro: int
+    prompt_tokens: int
+    completion_tokens: int
+    requests: int
+
+
+class Store(Protocol):
+    async def create_key(self, record: KeyRecord) -> None: ...
+
+    async def find_key(self, key_hash: str) -> KeyRecord | None: ...
+
+    async def list_keys(self) -> list[KeyRecord]: ...
+
+    async def revoke_key(self, key_id: str) -> bool: ...
+
+    async def reserve(self, hold: Hold) -> Grant | Refusal: ...
+
+    async def settle(self, settlement: Settlement) -> bool:
+        """False when the reservation is gone (its lease expired and it was charged)."""
+        ...
+
+    async def expire_leases(self, now_wall_s: float) -> int:
+        """Charge every reservation whose lease ran out in full; how many there were."""
+        ...
+
+    async def spend(self, by: Dimension) -> list[SpendRow]: ...
+
+    async def close(self) -> None: ...

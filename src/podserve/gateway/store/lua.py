@@ -1,0 +1,125 @@
+"""The Redis scripts: `reserve`, `settle` and `expire` run atomically in Redis, so every
+gateway replica sees one set of counters (a script runs alone, redis.io/docs/latest/
+develop/interactive/programmability/eval-intro). `reserve` is `budget.grant` line for line;
+tests run both stores through the same end-to-end cases to keep them in step.
+
+Lua numbers are doubles: integers stay exact below 2^53, and the largest value here is a
+budget in nano-dollars (1e15 for a USD 1M budget). Scope and window keys of a reservation
+are read back from its hash, which a standalone Redis allows (not Redis Cluster).
+
+Keys: `gw:scope:<scope>` hash {c: committed, r: reserved}; `gw:win:<counter>` integer;
+`gw:res:<id>` hash; `gw:leases` sorted set by lease end; `gw:ledger` list of JSON rows
+drained into PostgreSQL by one writer.
+"""
+
+from __future__ import annotations
+
+# ARGV: ns nr nt | prompt maxn minn in_nano out_nano | scope limits (ns; "" = none) |
+#       rpm limits (nr) | tpm limits (nt) | res_id lease_until window_ttl labels_json
+#       | scope names (ns) | tpm counters (nt)
+# KEYS: scope hashes (ns) | rpm counters (nr) | tpm counters (nt) | res hash | leases
+RESERVE = """
+local ns, nr, nt = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local prompt, maxn, minn = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local inn, outn = tonumber(ARGV[7]), tonumber(ARGV[8])
+local a = 9
+for i = 1, nr do
+  local used = tonumber(redis.call('GET', KEYS[ns + i]) or '0')
+  if used + 1 > tonumber(ARGV[a + ns + i - 1]) then return {'rpm', i, 0} end
+end
+local n = maxn
+for i = 1, nt do
+  local used = tonumber(redis.call('GET', KEYS[ns + nr + i]) or '0')
+  n = math.min(n, tonumber(ARGV[a + ns + nr + i - 1]) - used - prompt)
+  if n < minn then return {'tpm', i, 0} end
+end
+for i = 1, ns do
+  local limit = ARGV[a + i - 1]
+  if limit ~= '' then
+    local c = tonumber(redis.call('HGET', KEYS[i], 'c') or '0')
+    local r = tonumber(redis.call('HGET', KEYS[i], 'r') or '0')
+    local room = (tonumber(limit) - c - r) * 1000 - prompt * inn
+    local m
+    if room < 0 then m = -1 elseif outn == 0 then m = maxn else m = math.floor(room / outn) end
+    n = math.min(n, m)
+    if n < minn then return {'budget', i, r} end
+  end
+end
+local amount = math.ceil((prompt * inn + n * outn) / 1000)
+local b = a + ns + nr + nt
+local res_id, lease, ttl, labels = ARGV[b], ARGV[b + 1], tonumber(ARGV[b + 2]), ARGV[b + 3]
+for i = 1, ns do redis.call('HINCRBY', KEYS[i], 'r', amount) end
+for i = 1, nr do
+  redis.call('INCR', KEYS[ns + i]); redis.call('EXPIRE', KEYS[ns + i], ttl)
+end
+for i = 1, nt do
+  redis.call('INCRBY', KEYS[ns + nr + i], prompt + n)
+  redis.call('EXPIRE', KEYS[ns + nr + i], ttl)
+end
+local scopes, tpms = {}, {}
+for i = 1, ns do scopes[i] = KEYS[i] end
+for i = 1, nt do tpms[i] = KEYS[ns + nr + i] end
+local res = KEYS[ns + nr + nt + 1]
+redis.call('HSET', res, 'scopes', cjson.encode(scopes), 'tpm', cjson.encode(tpms),
+  'amount', amount, 'tpm_tokens', prompt + n, 'prompt', prompt, 'maxn', n,
+  'labels', labels)
+redis.call('ZADD', KEYS[ns + nr + nt + 2], lease, res_id)
+return {'ok', n, amount}
+"""
+
+# A settlement: release the hold, commit the cost, return unused tokens to the windows,
+# queue the ledger row. KEYS: res hash, leases, ledger list.
+# ARGV: res_id cost prompt completion upstream status at
+_SETTLE_BODY = """
+local function settle(res, res_id, cost, prompt, completion, upstream, status, at)
+  if redis.call('EXISTS', res) == 0 then return 0 end
+  local f = redis.call('HMGET', res, 'scopes', 'tpm', 'amount', 'tpm_tokens', 'labels')
+  local amount = tonumber(f[3])
+  for _, key in ipairs(cjson.decode(f[1])) do
+    redis.call('HINCRBY', key, 'r', -amount)
+    redis.call('HINCRBY', key, 'c', cost)
+  end
+  local unused = tonumber(f[4]) - prompt - completion
+  if unused > 0 then
+    for _, key in ipairs(cjson.decode(f[2])) do
+      if redis.call('EXISTS', key) == 1 then redis.call('DECRBY', key, unused) end
+    end
+  end
+  local row = cjson.decode(f[5])
+  row['request_id'] = res_id; row['upstream'] = upstream; row['status'] = status
+  row['prompt_tokens'] = prompt; row['completion_tokens'] = completion
+  row['cost_micro'] = cost; row['at'] = at
+  redis.call('RPUSH', KEYS[3], cjson.encode(row))
+  redis.call('DEL', res)
+  redis.call('ZREM', KEYS[2], res_id)
+  return 1
+end
+"""
+
+SETTLE = (
+    _SETTLE_BODY
+    + """
+return settle(KEYS[1], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]),
+  ARGV[5], ARGV[6], ARGV[7])
+"""
+)
+
+# Charge every reservation whose lease ended in full. KEYS: (unused), leases, ledger.
+# ARGV: now res_key_prefix limit
+EXPIRE = (
+    _SETTLE_BODY
+    + """
+local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'LIMIT', 0,
+  tonumber(ARGV[3]))
+for _, id in ipairs(ids) do
+  local res = ARGV[2] .. id
+  local f = redis.call('HMGET', res, 'amount', 'prompt', 'maxn')
+  if f[1] then
+    settle(res, id, tonumber(f[1]), tonumber(f[2]), tonumber(f[3]), '', 'expired', ARGV[1])
+  else
+    redis.call('ZREM', KEYS[2], id)
+  end
+end
+return #ids
+"""
+)

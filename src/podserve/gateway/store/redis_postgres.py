@@ -1,0 +1,329 @@
+"""The shared store for several replicas: Redis holds what must be atomic across them
+(budget counters, reservations with leases, rate windows — Lua scripts in `lua.py`);
+PostgreSQL holds what must last (keys, the spend ledger).
+
+The ledger is append-only and written by one writer at a time: settlements push their row
+onto a Redis list inside the same script that moves the money, and whichever replica holds
+the `gw:ledger:writer` lock drains it in batches with `INSERT … ON CONFLICT DO NOTHING`.
+No replica ever updates a shared row in PostgreSQL, so there is no hot row to deadlock on
+(LiteLLM's per-request spend UPDATEs deadlock at 10+ replicas), and a crash between the
+insert and the trim only replays rows the conflict clause ignores.
+
+Redis is the authority for budgets; when it starts empty, the committed counters are
+rebuilt from the ledger before the first reservation (`_bootstrap`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+from typing import Any
+
+import psycopg
+import redis.asyncio as aioredis
+import redis.exceptions
+
+from podserve.gateway.budget import Grant, Refusal, RefusalReason
+from podserve.gateway.keys import KeyRecord
+from podserve.gateway.limits import WINDOW_S
+from podserve.gateway.store import lua
+from podserve.gateway.store.base import Dimension, Hold, Settlement, SpendRow, StoreUnavailable
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS gateway_keys (
+  key_id TEXT PRIMARY KEY, key_hash TEXT UNIQUE NOT NULL, team TEXT NOT NULL,
+  namespace TEXT NOT NULL, models TEXT[] NOT NULL, budget_micro BIGINT, rpm INTEGER,
+  tpm INTEGER, expires_at DOUBLE PRECISION, revoked BOOLEAN NOT NULL DEFAULT FALSE,
+  created_at DOUBLE PRECISION NOT NULL);
+CREATE TABLE IF NOT EXISTS gateway_ledger (
+  request_id TEXT PRIMARY KEY, at DOUBLE PRECISION NOT NULL, key_id TEXT, team TEXT,
+  namespace TEXT, model TEXT, upstream TEXT, prompt_tokens BIGINT NOT NULL,
+  completion_tokens BIGINT NOT NULL, cost_micro BIGINT NOT NULL, status TEXT NOT NULL);
+"""
+_GROUP_COLUMN = {
+    Dimension.KEY: "key_id",
+    Dimension.TEAM: "team",
+    Dimension.NAMESPACE: "namespace",
+    Dimension.MODEL: "model",
+}
+_KEY_COLUMNS = (
+    "key_id, key_hash, team, namespace, models, budget_micro, rpm, tpm, expires_at, "
+    "revoked, created_at"
+)
+_LEASES = "gw:leases"
+_LEDGER = "gw:ledger"
+_WRITER_LOCK = "gw:ledger:writer"
+_INIT = "gw:init"
+_BATCH = 500
+_REDIS_ERRORS = (redis.exceptions.RedisError, OSError)
+
+
+class RedisPostgresStore:
+    def __init__(self, redis_url: str, postgres_dsn: str, timeout_s: float = 0.05) -> None:
+        # Short socket timeouts: a store that does not answer must fail the request closed
+        # within the 50 ms the contract promises, not after the client's default minutes.
+        self._redis = aioredis.Redis.from_url(
+            redis_url,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry_on_timeout=False,
+        )
+        self._dsn = postgres_dsn
+        self._pg: psycopg.AsyncConnection[Any] | None = None
+        self._pg_lock = asyncio.Lock()
+        self._reserve = self._redis.register_script(lua.RESERVE)
+        self._settle = self._redis.register_script(lua.SETTLE)
+        self._expire = self._redis.register_script(lua.EXPIRE)
+        self._writer_id = uuid.uuid4().hex
+        self._ready = False
+
+    # --- connections -----------------------------------------------------------------
+    async def _conn(self) -> psycopg.AsyncConnection[Any]:
+        if self._pg is None or self._pg.closed:
+            try:
+                self._pg = await psycopg.AsyncConnection.connect(
+                    self._dsn, autocommit=True, connect_timeout=2
+                )
+            except psycopg.Error as exc:
+                raise StoreUnavailable(f"postgres: {exc}") from exc
+        return self._pg
+
+    async def _sql(self, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        async with self._pg_lock:
+            conn = await self._conn()
+            try:
+                cur = await conn.execute(query.encode(), params)
+                return await cur.fetchall() if cur.description is not None else []
+            except psycopg.OperationalError as exc:
+                await conn.close()
+                raise StoreUnavailable(f"postgres: {exc}") from exc
+
+    async def setup(self) -> None:
+        """Create the tables, and rebuild Redis's committed counters if Redis is empty."""
+        await self._sql(_SCHEMA)
+        await self._bootstrap()
+
+    async def _bootstrap(self) -> None:
+        try:
+            if await self._redis.exists(_INIT):
+                self._ready = True
+                return
+            await self.drain_ledger()
+            rows = await self._sql(
+                "SELECT 'key:' || key_id, SUM(cost_micro) FROM gateway_ledger GROUP BY key_id "
+                "UNION ALL SELECT 'team:' || team, SUM(cost_micro) FROM gateway_ledger "
+                "GROUP BY team UNION ALL SELECT 'namespace:' || namespace, SUM(cost_micro) "
+                "FROM gateway_ledger GROUP BY namespace"
+            )
+            async with self._redis.pipeline(transaction=True) as pipe:
+                for scope, total in rows:
+                    pipe.hset(f"gw:scope:{scope}", "c", int(total))
+                pipe.setnx(_INIT, "1")
+                await pipe.execute()
+        except _REDIS_ERRORS as exc:
+            raise StoreUnavailable(f"redis: {exc}") from exc
+        self._ready = True
+
+    # --- keys ------------------------------------------------------------------------
+    async def create_key(self, record: KeyRecord) -> None:
+        await self._sql(
+            f"INSERT INTO gateway_keys ({_KEY_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+            (
+                record.key_id,
+                record.key_hash,
+                record.team,
+                record.namespace,
+                list(record.models),
+                record.budget_micro,
+                record.rpm,
+                record.tpm,
+                record.expires_at,
+                record.revoked,
+                record.created_at,
+            ),
+        )
+
+    async def find_key(self, key_hash: str) -> KeyRecord | None:
+        rows = await self._sql(
+            f"SELECT {_KEY_COLUMNS} FROM gateway_keys WHERE key_hash = %s", (key_hash,)
+        )
+        return _key(rows[0]) if rows else None
+
+    async def list_keys(self) -> list[KeyRecord]:
+        rows = await self._sql(
+            f"SELECT {_KEY_COLUMNS} FROM gateway_keys ORDER BY created_at, key_id"
+        )
+        return [_key(r) for r in rows]
+
+    async def revoke_key(self, key_id: str) -> bool:
+        rows = await self._sql(
+            "UPDATE gateway_keys SET revoked = TRUE WHERE key_id = %s RETURNING key_id",
+            (key_id,),
+        )
+        return bool(rows)
+
+    # --- budgets ---------------------------------------------------------------------
+    async def reserve(self, hold: Hold) -> Grant | Refusal:
+        if not self._ready:
+            await self._bootstrap()
+        plan = hold.plan
+        keys = (
+            [f"gw:scope:{s.name}" for s in hold.scopes]
+            + [f"gw:win:{w.counter}" for w in hold.rpm]
+            + [f"gw:win:{w.counter}" for w in hold.tpm]
+            + [f"gw:res:{hold.reservation_id}", _LEASES]
+        )
+        labels = json.dumps(
+            {
+                "key_id": hold.labels.key_id,
+                "team": hold.labels.team,
+                "namespace": hold.labels.namespace,
+                "model": hold.labels.model,
+            }
+        )
+        args: list[str | int | float] = [
+            len(hold.scopes),
+            len(hold.rpm),
+            len(hold.tpm),
+            plan.prompt_tokens,
+            plan.max_tokens,
+            plan.min_tokens,
+            plan.rate.input_nano,
+            plan.rate.output_nano,
+            *["" if s.limit_micro is None else s.limit_micro for s in hold.scopes],
+            *[w.limit for w in hold.rpm],
+            *[w.limit for w in hold.tpm],
+            hold.reservation_id,
+            repr(hold.lease_until),
+            2 * WINDOW_S,
+            labels,
+        ]
+        try:
+            reply = await self._reserve(keys=keys, args=args)
+        except _REDIS_ERRORS as exc:
+            raise StoreUnavailable(f"redis: {exc}") from exc
+        verdict = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
+        if verdict == "ok":
+            n, amount = int(reply[1]), int(reply[2])
+            return Grant(n, amount, plan.prompt_tokens + n)
+        index = int(reply[1]) - 1
+        if verdict == "rpm":
+            w = hold.rpm[index]
+            return Refusal(RefusalReason.RPM, w.name, max(1, int(-(-w.resets_in_s // 1))))
+        if verdict == "tpm":
+            w = hold.tpm[index]
+            return Refusal(RefusalReason.TPM, w.name, max(1, int(-(-w.resets_in_s // 1))))
+        retry = 1 if int(reply[2]) > 0 else 3600  # as budget.grant decides it
+        return Refusal(RefusalReason.BUDGET, hold.scopes[index].name, retry)
+
+    async def settle(self, settlement: Settlement) -> bool:
+        s = settlement
+        try:
+            done = await self._settle(
+                keys=[f"gw:res:{s.reservation_id}", _LEASES, _LEDGER],
+                args=[
+                    s.reservation_id,
+                    s.cost_micro,
+                    s.usage.prompt_tokens,
+                    s.usage.completion_tokens,
+                    s.upstream,
+                    s.outcome.value,
+                    repr(s.at),
+                ],
+            )
+        except _REDIS_ERRORS as exc:
+            raise StoreUnavailable(f"redis: {exc}") from exc
+        return bool(done)
+
+    async def expire_leases(self, now_wall_s: float) -> int:
+        try:
+            count = await self._expire(
+                keys=["gw:unused", _LEASES, _LEDGER], args=[repr(now_wall_s), "gw:res:", 1000]
+            )
+        except _REDIS_ERRORS as exc:
+            raise StoreUnavailable(f"redis: {exc}") from exc
+        return int(count)
+
+    # --- the ledger ------------------------------------------------------------------
+    async def drain_ledger(self) -> int:
+        """Move queued ledger rows into PostgreSQL if this replica holds the writer lock."""
+        moved = 0
+        try:
+            got = await self._redis.set(_WRITER_LOCK, self._writer_id, nx=True, px=5000)
+            if not got and (await self._redis.get(_WRITER_LOCK)) != self._writer_id.encode():
+                return 0
+            await self._redis.pexpire(_WRITER_LOCK, 5000)
+            while True:
+                raw = await self._redis.lrange(_LEDGER, 0, _BATCH - 1)
+                if not raw:
+                    return moved
+                rows = [_ledger_row(json.loads(r)) for r in raw]
+                async with self._pg_lock:
+                    conn = await self._conn()
+                    try:
+                        async with conn.transaction(), conn.cursor() as cur:
+                            await cur.executemany(
+                                b"INSERT INTO gateway_ledger VALUES "
+                                b"(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) "
+                                b"ON CONFLICT (request_id) DO NOTHING",
+                                rows,
+                            )
+                    except psycopg.OperationalError as exc:
+                        await conn.close()
+                        raise StoreUnavailable(f"postgres: {exc}") from exc
+                await self._redis.ltrim(_LEDGER, len(raw), -1)
+                moved += len(raw)
+        except _REDIS_ERRORS as exc:
+            raise StoreUnavailable(f"redis: {exc}") from exc
+
+    async def spend(self, by: Dimension) -> list[SpendRow]:
+        await self.drain_ledger()
+        column = _GROUP_COLUMN[by]
+        rows = await self._sql(
+            f"SELECT {column}, SUM(cost_micro), SUM(prompt_tokens), SUM(completion_tokens), "
+            f"COUNT(*) FROM gateway_ledger GROUP BY {column} ORDER BY {column}"
+        )
+        return [SpendRow(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows]
+
+    async def close(self) -> None:
+        # If PostgreSQL is down the rows stay queued in Redis for the next writer.
+        with contextlib.suppress(StoreUnavailable):
+            await self.drain_ledger()
+        await self._redis.aclose()
+        if self._pg is not None:
+            await self._pg.close()
+
+
+def _ledger_row(row: dict[str, Any]) -> tuple[Any, ...]:
+    return (
+        str(row["request_id"]),
+        float(row["at"]),
+        row.get("key_id"),
+        row.get("team"),
+        row.get("namespace"),
+        row.get("model"),
+        row.get("upstream"),
+        int(row["prompt_tokens"]),
+        int(row["completion_tokens"]),
+        int(row["cost_micro"]),
+        str(row["status"]),
+    )
+
+
+def _key(row: tuple[Any, ...]) -> KeyRecord:
+    key_id, key_hash, team, namespace, models, budget, rpm, tpm, expires, revoked, created = row
+    return KeyRecord(
+        key_id=key_id,
+        key_hash=key_hash,
+        team=team,
+        namespace=namespace,
+        models=tuple(models),
+        budget_micro=budget,
+        rpm=rpm,
+        tpm=tpm,
+        expires_at=expires,
+        revoked=bool(revoked),
+        created_at=float(created),
+    )

@@ -1,0 +1,154 @@
+"""What the gateway reads from a request body, and the OpenAI-style error bodies it sends.
+
+The body is forwarded as the client wrote it, except for the output cap and
+`stream_options`, so the gateway reads only the fields that decide the bill; unknown
+fields pass through untouched (an upstream may accept more than we know of).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+
+class Endpoint(StrEnum):
+    COMPLETIONS = "completions"
+    CHAT = "chat"
+    EMBEDDINGS = "embeddings"
+    V2 = "v2"
+
+
+class BadRequest(Exception):
+    """The client's body cannot be billed: 400 with the message."""
+
+
+@dataclass(frozen=True, slots=True)
+class Billable:
+    model: str
+    endpoint: Endpoint
+    stream: bool
+    wants_usage: bool  # the client itself asked for the usage chunk
+    max_tokens: int | None
+    cap_field: str  # which field carries the output cap: max_tokens | max_completion_tokens
+    choices: int
+    texts: tuple[str, ...]  # what the prompt counter reads
+    token_ids: int  # prompt tokens the client sent as ids (embeddings)
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"request body is not JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    return body
+
+
+def _positive_int(body: dict[str, Any], field: str) -> int | None:
+    value = body.get(field)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise BadRequest(f"'{field}' must be a positive integer")
+    return value
+
+
+def billable(body: dict[str, Any], endpoint: Endpoint) -> Billable:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise BadRequest("'model' is required and must be a string")
+    stream = body.get("stream") is True
+    options = body.get("stream_options")
+    wants_usage = isinstance(options, dict) and options.get("include_usage") is True
+    choices = _positive_int(body, "n") or 1
+    cap_field = "max_tokens"
+    max_tokens = _positive_int(body, "max_tokens")
+    if endpoint is Endpoint.CHAT and body.get("max_completion_tokens") is not None:
+        cap_field = "max_completion_tokens"
+        max_tokens = _positive_int(body, "max_completion_tokens")
+    texts: list[str] = []
+    token_ids = 0
+    if endpoint is Endpoint.CHAT:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise BadRequest("'messages' must be a non-empty list")
+        for message in messages:
+            if not isinstance(message, dict):
+                raise BadRequest("each message must be an object")
+            texts.append(_content_text(message.get("content")))
+    else:
+        field = "prompt" if endpoint is Endpoint.COMPLETIONS else "input"
+        value = body.get(field)
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list) or not items:
+            raise BadRequest(f"'{field}' must be a string or a non-empty list")
+        for item in items:
+            if isinstance(item, str):
+                texts.append(item)
+            elif isinstance(item, int):
+                token_ids += 1
+            elif isinstance(item, list) and all(isinstance(t, int) for t in item):
+                token_ids += len(item)
+            else:
+                raise BadRequest(f"'{field}' items must be strings or token ids")
+    return Billable(
+        model,
+        endpoint,
+        stream,
+        wants_usage,
+        max_tokens,
+        cap_field,
+        choices,
+        tuple(texts),
+        token_ids,
+    )
+
+
+def _content_text(content: object) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list):
+        # Non-text parts (images) have no byte bound we can trust: count their JSON.
+        return "".join(
+            str(p.get("text", ""))
+            if isinstance(p, dict) and p.get("type") == "text"
+            else orjson.dumps(p).decode()
+            for p in content
+        )
+    raise BadRequest("message 'content' must be a string, a list of parts, or null")
+
+
+def forwarded_body(
+    body: dict[str, Any], bill: Billable, granted_max: int | None, force_usage: bool
+) -> bytes:
+    """The body sent upstream: the granted output cap, and usage asked for on streams."""
+    out = dict(body)
+    if granted_max is not None:
+        out[bill.cap_field] = granted_max
+    if force_usage:
+        options = out.get("stream_options")
+        out["stream_options"] = {
+            **(options if isinstance(options, dict) else {}),
+            "include_usage": True,
+        }
+    return orjson.dumps(out)
+
+
+class ErrorType(StrEnum):
+    INVALID = "invalid_request_error"
+    AUTH = "authentication_error"
+    PERMISSION = "permission_error"
+    RATE = "rate_limit_exceeded"
+    BUDGET = "insufficient_quota"
+    UNAVAILABLE = "service_unavailable"
+
+
+def error_body(message: str, kind: ErrorType, code: str | None = None) -> bytes:
+    """OpenAI's error shape: {"error": {"message", "type", "param", "code"}}."""
+    return orjson.dumps(
+        {"error": {"message": message, "type": kind.value, "param": None, "code": code}}
+    )

@@ -1,0 +1,72 @@
+"""Shared real parts: two podserve pods (the second also stands in for the hosted
+provider), started once per session, and a gateway on SQLite per module."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tests.gateway.support import ROOT, TINY_LM, start_pod, wait_ready
+from tests.support.server import ServerProcess
+
+pytest.importorskip("transformers")
+
+
+@dataclass
+class Pods:
+    a: ServerProcess  # tiny-lm, iris
+    b: ServerProcess  # tiny-lm: a second pool pod, or "the hosted provider"
+
+
+@pytest.fixture(scope="session")
+def pods() -> Iterator[Pods]:
+    a = start_pod(f"tiny-lm={TINY_LM}", f"iris={ROOT / 'examples/models/iris'}")
+    try:
+        b = start_pod(f"tiny-lm={TINY_LM}")
+    except BaseException:
+        a.stop()
+        raise
+    try:
+        wait_ready(a)
+        wait_ready(b)
+        yield Pods(a, b)
+    finally:
+        a.stop()
+        b.stop()
+
+
+def base_config(pods: Pods, **overrides: Any) -> dict[str, Any]:
+    """The issue's example config, pointed at the test pods."""
+    config: dict[str, Any] = {
+        "store": {"kind": "sqlite", "path": "gateway.db"},
+        "pools": [
+            {
+                "name": "chat",
+                "models": ["tiny-lm", "iris"],
+                "endpoints": [pods.a.url],
+                "weight": 100,
+            }
+        ],
+        "fallbacks": [
+            {
+                "name": "hosted",
+                "baseUrl": f"{pods.b.url}/v1",
+                "apiKeyEnv": "HOSTED_API_KEY",
+                "models": ["tiny-lm"],
+            }
+        ],
+        "prices": {
+            "tiny-lm": {
+                "inputPerMillionUsd": 1.0,
+                "outputPerMillionUsd": 2.0,
+                "tokenizer": str(TINY_LM / "tokenizer.json"),
+            }
+        },
+        "defaults": {"maxTokens": 256},
+        "routing": {"scrapeIntervalMs": 50},
+    }
+    config.update(overrides)
+    return config

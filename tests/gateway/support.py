@@ -1,0 +1,215 @@
+"""Real parts for the gateway tests: gateway processes, Redis and PostgreSQL on loopback."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from tests.support.server import ServerProcess, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+TINY_LM = ROOT / "examples" / "models" / "tiny-lm"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class GatewayProcess(ServerProcess):
+    """`podserve gateway --config` in a subprocess; the port comes from its listening log."""
+
+    def __init__(self, config: dict[str, Any], workdir: Path, env: dict[str, str] | None = None):
+        super().__init__(env=env)
+        self.workdir = workdir
+        self.config_path = workdir / "gateway.yaml"
+        self.config_path.write_text(yaml.safe_dump(config))
+
+    def start(self) -> GatewayProcess:
+        cmd = [
+            sys.executable,
+            "-m",
+            "podserve.cli.main",
+            "gateway",
+            "--config",
+            str(self.config_path),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+        ]
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self.env,
+            cwd=self.workdir,
+        )
+        import threading
+
+        self._reader = threading.Thread(target=self._read_logs, daemon=True)
+        self._reader.start()
+        line = self.wait_log(lambda r: r.get("msg") == "podserve gateway listening", 60)
+        self.http_port = int(line["http_port"])
+        return self
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return run_cli(self.config_path, *args, env=self.env)
+
+
+def run_cli(
+    config: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`podserve gateway <args> --config <config>`; args[0] is keys/spend."""
+    head, *tail = args
+    cmd = [
+        sys.executable,
+        "-m",
+        "podserve.cli.main",
+        "gateway",
+        head,
+        *tail,
+        "--config",
+        str(config),
+    ]
+    return subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+        cwd=config.parent,
+    )
+
+
+def create_key(config: Path, *flags: str, env: dict[str, str] | None = None) -> str:
+    done = run_cli(config, "keys", "create", *flags, env=env)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-1]
+
+
+def start_pod(*models: str) -> ServerProcess:
+    args: list[str] = []
+    for model in models:
+        args += ["--model", model]
+    pod = ServerProcess(*args, env={"HF_HUB_OFFLINE": "1"}).start()
+    return pod
+
+
+def wait_ready(pod: ServerProcess) -> None:
+    wait_until(lambda: pod.get("/ready").status_code == 200, timeout_s=120, what="pod ready")
+
+
+@contextlib.contextmanager
+def redis_server() -> Iterator[str]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        import pytest
+
+        pytest.skip("redis-server is not installed (Debian package redis-server)")
+    port = free_port()
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+
+    def up() -> bool:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return True
+        return False
+
+    try:
+        wait_until(up, timeout_s=20, what="redis")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def postgres_server() -> Iterator[str]:
+    """initdb + postgres on a temp dir and a free loopback port, as a non-root user."""
+    if not (PG_BIN / "postgres").exists():
+        import pytest
+
+        pytest.skip(f"PostgreSQL 15 is not installed ({PG_BIN}; Debian package postgresql)")
+    data = Path(tempfile.mkdtemp(prefix="gw-pg-"))
+    port = free_port()
+    as_user: list[str] = []
+    if os.geteuid() == 0:  # postgres refuses to run as root
+        shutil.chown(data, "postgres", "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    subprocess.run(
+        [
+            *as_user,
+            str(PG_BIN / "initdb"),
+            "-D",
+            str(data / "db"),
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "--no-sync",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    proc = subprocess.Popen(
+        [
+            *as_user,
+            str(PG_BIN / "postgres"),
+            "-D",
+            str(data / "db"),
+            "-p",
+            str(port),
+            "-h",
+            "127.0.0.1",
+            "-k",
+            str(data),
+            "-c",
+            "fsync=off",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+
+    def up() -> bool:
+        import psycopg
+
+        try:
+            psycopg.connect(dsn, connect_timeout=1).close()
+        except psycopg.OperationalError:
+            return False
+        return True
+
+    try:
+        wait_until(up, timeout_s=30, what="postgres")
+        yield dsn
+    finally:
+        proc.send_signal(signal.SIGINT)  # fast shutdown
+        proc.wait(timeout=20)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def chat(gateway: ServerProcess, key: str | None, **body: Any) -> httpx.Response:
+    headers = {} if key is None else {"authorization": f"Bearer {key}"}
+    with httpx.Client(base_url=gateway.url, timeout=60) as client:
+        return client.post("/v1/chat/completions", json=body, headers=headers)

@@ -1,0 +1,268 @@
+"""The gateway in front of a real pod, with the openai SDK as the client (SQLite store):
+OpenAI and OIP v2 routes, SSE passthrough, the usage chunk, keys, errors, metrics, spend."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.gateway.conftest import Pods, base_config
+from tests.gateway.support import GatewayProcess, chat, create_key, run_cli
+from tests.support.server import wait_until
+
+HOSTED_ENV = {"HOSTED_API_KEY": "sk-hosted-test"}
+
+
+@pytest.fixture(scope="module")
+def gateway(pods: Pods, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    workdir = tmp_path_factory.mktemp("gw-proxy")
+    config = base_config(pods, namespaces={"team-a": {"budgetUsd": 100}})
+    with GatewayProcess(config, workdir, env=HOSTED_ENV) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def key(gateway: GatewayProcess) -> str:
+    return create_key(gateway.config_path, "--team", "search", "--namespace", "team-a")
+
+
+@pytest.fixture
+def client(gateway: GatewayProcess, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=key, max_retries=0)
+
+
+def test_chat_through_the_gateway_matches_the_pod(client: openai.OpenAI, pods: Pods) -> None:
+    messages = [{"role": "user", "content": "What does json.dumps do?"}]
+    raw = client.chat.completions.with_raw_response.create(
+        model="tiny-lm", messages=messages, max_tokens=12, temperature=0
+    )
+    via = raw.parse()
+    direct = openai.OpenAI(base_url=f"{pods.a.url}/v1", api_key="x", max_retries=0)
+    same = direct.chat.completions.create(
+        model="tiny-lm", messages=messages, max_tokens=12, temperature=0
+    )
+    assert via.choices[0].message.content == same.choices[0].message.content
+    assert via.usage is not None and same.usage is not None
+    assert via.usage.completion_tokens == same.usage.completion_tokens
+    assert float(raw.headers["x-podserve-gateway-overhead-ms"]) >= 0
+    assert raw.headers["x-podserve-gateway-upstream"] == "chat"
+
+
+def test_stream_passes_through_and_strips_the_usage_chunk(client: openai.OpenAI) -> None:
+    chunks = list(
+        client.completions.create(
+            model="tiny-lm",
+            prompt="The function returns",
+            max_tokens=8,
+            temperature=0,
+            stream=True,
+            extra_body={"ignore_eos": True},
+        )
+    )
+    # The gateway forced include_usage upstream; the client did not ask, so no usage chunk.
+    assert all(c.usage is None for c in chunks)
+    assert sum(1 for c in chunks if c.choices) == 8  # one token per chunk
+    with_usage = list(
+        client.completions.create(
+            model="tiny-lm",
+            prompt="The function returns",
+            max_tokens=8,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True},
+        )
+    )
+    assert with_usage[-1].usage is not None
+    assert with_usage[-1].usage.completion_tokens == 8
+    assert with_usage[-1].usage.prompt_tokens == 3
+
+
+def test_chat_stream_with_the_sdk(client: openai.OpenAI) -> None:
+    stream = client.chat.completions.create(
+        model="tiny-lm",
+        messages=[{"role": "user", "content": "hello"}],
+        max_tokens=6,
+        stream=True,
+        extra_body={"ignore_eos": True},
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text
+
+
+def test_models_lists_what_the_key_may_use(client: openai.OpenAI, gateway: GatewayProcess) -> None:
+    assert sorted(m.id for m in client.models.list()) == ["iris", "tiny-lm"]
+    limited = create_key(gateway.config_path, "--models", "iris")
+    only = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=limited, max_retries=0)
+    assert [m.id for m in only.models.list()] == ["iris"]
+    with pytest.raises(openai.PermissionDeniedError):
+        only.completions.create(model="tiny-lm", prompt="x", max_tokens=1)
+
+
+def test_oip_v2_infer_is_proxied(gateway: GatewayProcess, key: str) -> None:
+    body = {
+        "inputs": [
+            {"name": "features", "shape": [1, 4], "datatype": "FP32", "data": [5.1, 3.5, 1.4, 0.2]}
+        ]
+    }
+    with httpx.Client(base_url=gateway.url, timeout=30) as http:
+        reply = http.post(
+            "/v2/models/iris/infer", json=body, headers={"authorization": f"Bearer {key}"}
+        )
+        unauth = http.post("/v2/models/iris/infer", json=body)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["outputs"][0]["name"]
+    assert "x-podserve-gateway-overhead-ms" in reply.headers
+    assert unauth.status_code == 401
+
+
+@pytest.mark.parametrize("header", [None, "Bearer psk-not-a-key", "Basic abc"])
+def test_bad_keys_get_openai_style_401(gateway: GatewayProcess, header: str | None) -> None:
+    headers = {} if header is None else {"authorization": header}
+    with httpx.Client(base_url=gateway.url) as http:
+        reply = http.post(
+            "/v1/completions", json={"model": "tiny-lm", "prompt": "x"}, headers=headers
+        )
+    assert reply.status_code == 401
+    error = reply.json()["error"]
+    assert error["type"] == "authentication_error"
+    assert error["message"]
+    assert "x-podserve-gateway-overhead-ms" in reply.headers
+
+
+def test_revoked_and_expired_keys_are_refused(gateway: GatewayProcess) -> None:
+    key = create_key(gateway.config_path, "--team", "t")
+    listed = json.loads(gateway.cli("keys", "list", "--format", "json").stdout)
+    key_id = next(r["key_id"] for r in listed if r["team"] == "t")
+    assert key not in json.dumps(listed)  # keys are never shown again
+    assert (
+        chat(
+            gateway, key, model="tiny-lm", messages=[{"role": "user", "content": "a"}], max_tokens=1
+        ).status_code
+        == 200
+    )
+    assert gateway.cli("keys", "revoke", key_id).returncode == 0
+
+    def refused() -> bool:  # the key cache holds a key for keyCacheS (1 s)
+        return (
+            chat(
+                gateway,
+                key,
+                model="tiny-lm",
+                messages=[{"role": "user", "content": "a"}],
+                max_tokens=1,
+            ).status_code
+            == 401
+        )
+
+    wait_until(refused, timeout_s=10, what="revocation")
+    expired = create_key(gateway.config_path, "--expires-in-days", "0")
+    reply = chat(
+        gateway, expired, model="tiny-lm", messages=[{"role": "user", "content": "a"}], max_tokens=1
+    )
+    assert reply.status_code == 401
+    assert "expired" in reply.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ({"messages": [{"role": "user", "content": "a"}]}, "model"),
+        ({"model": "tiny-lm", "messages": []}, "messages"),
+        (
+            {"model": "tiny-lm", "messages": [{"role": "user", "content": "a"}], "max_tokens": -3},
+            "max_tokens",
+        ),
+        ({"model": "nope", "messages": [{"role": "user", "content": "a"}]}, "nope"),
+    ],
+)
+def test_bad_bodies_are_4xx_naming_the_problem(
+    gateway: GatewayProcess, key: str, body: dict[str, object], needle: str
+) -> None:
+    reply = chat(gateway, key, **body)
+    assert 400 <= reply.status_code < 500
+    assert needle in reply.json()["error"]["message"]
+
+
+def test_not_json_is_400(gateway: GatewayProcess, key: str) -> None:
+    with httpx.Client(base_url=gateway.url) as http:
+        reply = http.post(
+            "/v1/completions", content=b"{nope", headers={"authorization": f"Bearer {key}"}
+        )
+    assert reply.status_code == 400
+    assert "JSON" in reply.json()["error"]["message"]
+
+
+def _samples(gateway: GatewayProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(gateway.get("/metrics").text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_metrics_and_spend_agree(gateway: GatewayProcess, client: openai.OpenAI) -> None:
+    result = client.completions.create(
+        model="tiny-lm",
+        prompt="The function returns",
+        max_tokens=5,
+        temperature=0,
+        extra_body={"ignore_eos": True},
+    )
+    assert result.usage is not None
+    expected_usd = (result.usage.prompt_tokens * 1.0 + 5 * 2.0) / 1e6
+
+    def spend_rows() -> list[dict[str, object]]:
+        done = gateway.cli("spend", "--by", "namespace", "--format", "json")
+        assert done.returncode == 0, done.stderr
+        rows: list[dict[str, object]] = json.loads(done.stdout)
+        return rows
+
+    rows = spend_rows()
+    team_a = next(r for r in rows if r["namespace"] == "team-a")
+    assert set(team_a) == {
+        "namespace",
+        "spend_usd",
+        "prompt_tokens",
+        "completion_tokens",
+        "requests",
+    }
+    assert float(str(team_a["spend_usd"])) >= expected_usd
+    samples = _samples(gateway)
+    names = {name for name, _ in samples}
+    assert {
+        "podserve_gateway_requests_total",
+        "podserve_gateway_tokens_total",
+        "podserve_gateway_spend_usd_total",
+        "podserve_gateway_rejections_total",
+        "podserve_gateway_upstream_latency_seconds_bucket",
+    } <= names
+    spent_metric = sum(
+        v
+        for (n, labels), v in samples.items()
+        if n == "podserve_gateway_spend_usd_total" and ("namespace", "team-a") in labels
+    )
+    assert spent_metric == pytest.approx(float(str(team_a["spend_usd"])), abs=1e-9)
+    prompt = sum(
+        v
+        for (n, labels), v in samples.items()
+        if n == "podserve_gateway_tokens_total"
+        and ("kind", "prompt") in labels
+        and ("namespace", "team-a") in labels
+    )
+    assert prompt == team_a["prompt_tokens"]
+    rejected = sum(
+        v
+        for (n, labels), v in samples.items()
+        if n == "podserve_gateway_rejections_total" and ("reason", "auth") in labels
+    )
+    assert rejected >= 1
+    text = run_cli(Path(gateway.config_path), "spend", "--by", "model")
+    assert text.returncode == 0
+    assert "tiny-lm" in text.stdout
