@@ -22,7 +22,7 @@ from podserve.kube.render import render
 from podserve.kube.types import Manifest
 from podserve.kube.yamlio import dump_all, parse_documents
 from tests.kube.helpers import find, server
-from tests.kube.paths import EXAMPLES, load_example
+from tests.kube.paths import EXAMPLES, REPO_ROOT, load_example
 
 LLM = next(p for p in EXAMPLES if p.name == "llm-gpu-keda-canary.yaml")
 MIG = next(p for p in EXAMPLES if p.name == "mig-statefulset.yaml")
@@ -628,3 +628,18 @@ def test_every_example_keeps_the_serving_user_and_digest_pins() -> None:
             for ctr in template["spec"]["containers"]:
                 ctx = ctr.get("securityContext", {})
                 assert ctx.get("runAsUser", c.USER_ID) == c.USER_ID, workload["metadata"]["name"]
+
+
+def test_kubernetes_guide_has_a_section_per_provider_and_the_cold_start_warning() -> None:
+    guide = (REPO_ROOT / "docs" / "kubernetes.md").read_text()
+    for heading in ("#### GKE", "#### EKS", "#### AKS", "#### NVIDIA GPU Operator"):
+        assert heading in guide
+    for label in (
+        "cloud.google.com/gke-accelerator",
+        "karpenter.k8s.aws/instance-gpu-name",
+        "kubernetes.azure.com/accelerator",
+        "nvidia.com/mig-<profile>.product",
+    ):
+        assert label in guide
+    assert "Requests that arrive during a cold start fail" in guide
+    assert "Keep `replicas.min: 1` for\ninteractive paths" in guide
