@@ -94,7 +94,7 @@ def test_ignore_flag_and_annotation(cli: CliRunner, tmp_path: Path) -> None:
         "lint", "--ignore", "secret-literal-env", "--ignore", "container-not-hardened", str(path)
     )
     assert code == 0
-    assert "secret-literal-env" not in out
+    assert "[secret-literal-env]" not in out
     annotated = tmp_path / "annotated.yaml"
     annotated.write_text(
         path.read_text().replace(
@@ -105,7 +105,7 @@ def test_ignore_flag_and_annotation(cli: CliRunner, tmp_path: Path) -> None:
     )
     code, out, _ = cli("lint", str(annotated))
     assert code == 0
-    assert "secret-literal-env" not in out
+    assert "[secret-literal-env]" not in out
     assert cli("lint", "--ignore", "no-such-rule", str(path))[0] == 2
 
 

@@ -105,3 +105,13 @@ class LintContext:
         else:
             value = spec.get("replicas", 1)
         return int(value) if isinstance(value, int) else 1
+
+    def max_replicas(self, pod: PodView) -> int:
+        """The most replicas this workload runs: an autoscaler's ceiling (KEDA's default
+        maxReplicaCount is 100), else the floor."""
+        ceilings = []
+        for doc in self.autoscalers_for(pod):
+            spec = doc.manifest.get("spec") or {}
+            value = spec.get("maxReplicas", spec.get("maxReplicaCount", 100))
+            ceilings.append(int(value) if isinstance(value, int) else 100)
+        return max(ceilings) if ceilings else self.min_replicas(pod)

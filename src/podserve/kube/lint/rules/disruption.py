@@ -78,3 +78,36 @@ PDB_BLOCKS_EVICTION = Rule(
     fix="Keep minAvailable below the replica floor (replicas - 1) or use maxUnavailable: 1.",
     check=_blocks,
 )
+
+
+def _weak(ctx: LintContext) -> Iterator[Hit]:
+    for doc in ctx.of_kind("PodDisruptionBudget"):
+        value = (doc.manifest.get("spec") or {}).get("minAvailable")
+        if not isinstance(value, int):
+            continue
+        for pod in ctx.pods_for_pdb(doc):
+            top = ctx.max_replicas(pod)
+            allowed = top - value
+            # An absolute floor fixed for the smallest size lets a drain take everything
+            # above it at once; a quarter of the pods (at least one) is a sane ceiling.
+            if allowed > max(1, -(-top // 4)):
+                yield Hit(
+                    doc,
+                    "spec.minAvailable",
+                    f"at {top} replicas of {pod.kind}/{pod.name}, minAvailable {value} lets "
+                    f"one drain evict {allowed} pods at once",
+                )
+
+
+PDB_WEAK_AT_SCALE = Rule(
+    id="pdb-weak-at-scale",
+    severity=Severity.WARNING,
+    title="PodDisruptionBudget that protects nothing once the service scales out",
+    why="An absolute minAvailable is sized for the replica floor: `minAvailable: 1` on a "
+    "service autoscaled to 8 lets a node drain or consolidation evict 7 replicas at once, "
+    "and each needs minutes to load elsewhere while the survivor takes all the traffic. "
+    "maxUnavailable (or a percentage) keeps the budget proportional to the current size.",
+    fix="Use maxUnavailable: 1 (or a small percentage) for autoscaled services, or a "
+    "minAvailable percentage such as 75%.",
+    check=_weak,
+)

@@ -107,3 +107,43 @@ MODEL_NOT_PINNED = Rule(
     "`oci://...@sha256:...`, or vLLM `--revision <commit>`.",
     check=_model_pins,
 )
+
+
+def _pull_policy(image: str, policy: object) -> str:
+    """The effective imagePullPolicy: the API server defaults it to Always for `:latest` or
+    an untagged image, else IfNotPresent (pkg/apis/core/v1/defaults.go SetDefaults_Container)."""
+    if isinstance(policy, str) and policy:
+        return policy
+    last = image.rsplit("/", 1)[-1]
+    if "@" in last:
+        return "IfNotPresent"
+    tag = last.rsplit(":", 1)[1] if ":" in last else "latest"
+    return "Always" if tag == "latest" else "IfNotPresent"
+
+
+def _pull_always(ctx: LintContext) -> Iterator[Hit]:
+    for pod in ctx.pods:
+        if not pod.gpu:
+            continue
+        for ctr in pod.containers(init=True):
+            image = str(ctr.spec.get("image", ""))
+            if _pull_policy(image, ctr.spec.get("imagePullPolicy")) == "Always":
+                yield Hit(
+                    pod.document,
+                    f"{ctr.path}.imagePullPolicy",
+                    f"{image} is pulled on every start of a GPU pod",
+                )
+
+
+PULL_ALWAYS_ON_GPU = Rule(
+    id="pull-always-on-gpu",
+    severity=Severity.WARNING,
+    title="imagePullPolicy Always on a GPU pod",
+    why="With Always the kubelet contacts the registry on every container start: each "
+    "restart, reschedule and scale-up of a GPU pod waits on a multi-GB CUDA image's manifest "
+    "check (and a re-pull when the tag moved), a registry outage or rate limit keeps GPU "
+    "pods from starting at all, and a moved tag can put different code on some replicas.",
+    fix="Pin the image by digest and use imagePullPolicy: IfNotPresent (pre-pull it on GPU "
+    "nodes for fast cold starts).",
+    check=_pull_always,
+)

@@ -120,3 +120,43 @@ NO_SPREAD = Rule(
     "anti-affinity on the same key; add topology.kubernetes.io/zone for zonal outages.",
     check=_spread,
 )
+
+
+def _soft_only(ctx: LintContext) -> Iterator[Hit]:
+    for pod in ctx.pods:
+        if not pod.served or ctx.min_replicas(pod) < 2:
+            continue
+        hostname = [
+            t
+            for t in pod.pod.get("topologySpreadConstraints") or []
+            if isinstance(t, dict) and t.get("topologyKey") == c.HOSTNAME_KEY
+        ]
+        anti = (pod.pod.get("affinity") or {}).get("podAntiAffinity") or {}
+        hard_anti = any(
+            t.get("topologyKey") == c.HOSTNAME_KEY
+            for t in anti.get("requiredDuringSchedulingIgnoredDuringExecution") or []
+        )
+        hard_spread = any(t.get("whenUnsatisfiable") == "DoNotSchedule" for t in hostname)
+        soft = hostname or anti.get("preferredDuringSchedulingIgnoredDuringExecution")
+        if soft and not hard_spread and not hard_anti:
+            yield Hit(
+                pod.document,
+                f"{pod.pod_path}.topologySpreadConstraints",
+                f"{ctx.min_replicas(pod)} replicas are spread across nodes only as a "
+                "preference (ScheduleAnyway)",
+            )
+
+
+SOFT_SPREAD_ONLY = Rule(
+    id="soft-spread-only",
+    severity=Severity.WARNING,
+    title="Replicas spread across nodes only as a preference",
+    why="`whenUnsatisfiable: ScheduleAnyway` (or preferred anti-affinity) is only a scoring "
+    "hint: when the autoscaler adds one GPU node for several pending pods, or a surge lands "
+    "while other nodes are full, the scheduler packs replicas onto one node and a single "
+    "node failure or drain takes them all. With min ≥ 2 the spread must be required.",
+    fix="Use `whenUnsatisfiable: DoNotSchedule` on kubernetes.io/hostname with "
+    "`matchLabelKeys: [pod-template-hash]` (so a rollout's old and new pods are counted "
+    "apart), or a required pod anti-affinity on the hostname.",
+    check=_soft_only,
+)

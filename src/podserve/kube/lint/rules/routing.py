@@ -1,0 +1,232 @@
+"""Traffic to model servers: one endpoint picker per InferencePool, an L7 hop for
+long-lived gRPC connections, and retries in one layer only."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from podserve.kube.lint.context import LintContext
+from podserve.kube.lint.model import Hit, Rule
+from podserve.kube.lint.signals import services_for
+from podserve.kube.types import Document, Severity
+
+
+def _meta(doc: Document) -> Mapping[str, Any]:
+    return doc.manifest.get("metadata") or {}
+
+
+def _ns(doc: Document) -> str:
+    return str(_meta(doc).get("namespace", ""))
+
+
+def _picker(doc: Document) -> tuple[str, str, str, str] | None:
+    spec = doc.manifest.get("spec") or {}
+    ref = spec.get("endpointPickerRef") or spec.get("extensionRef")  # v1 / v1alpha2
+    if not isinstance(ref, Mapping) or not ref.get("name"):
+        return None
+    return (_ns(doc), str(ref.get("group", "")), str(ref.get("kind", "Service")), str(ref["name"]))
+
+
+def _shared_picker(ctx: LintContext) -> Iterator[Hit]:
+    owners: dict[tuple[str, str, str, str], str] = {}
+    for doc in ctx.of_kind("InferencePool"):
+        key = _picker(doc)
+        if key is None:
+            continue
+        first = owners.setdefault(key, str(_meta(doc).get("name")))
+        if first != _meta(doc).get("name"):
+            yield Hit(
+                doc,
+                "spec.endpointPickerRef.name",
+                f"endpoint picker {key[3]} already serves InferencePool {first}",
+            )
+
+
+INFERENCE_POOLS_SHARE_PICKER = Rule(
+    id="inference-pools-share-picker",
+    severity=Severity.ERROR,
+    title="Two InferencePools point at one endpoint picker",
+    why="An endpoint picker (EPP) is started for exactly one pool (`--pool-name`, "
+    "gateway-api-inference-extension pkg/epp/server/options.go) and picks only among that "
+    "pool's pods. A second pool that names the same picker gets endpoints from the first: "
+    "a canary pool's share of traffic lands on the stable pods and the canary never sees "
+    "a request.",
+    fix="Deploy one endpoint picker per InferencePool (the chart's `<release>-epp` with "
+    "`--pool-name <release>`) and point each pool's endpointPickerRef at its own.",
+    check=_shared_picker,
+)
+
+_GRPC_PROTOCOLS = {"grpc", "kubernetes.io/h2c", "h2c", "http2", "kubernetes.io/h2"}
+_MESH_MARKERS = (
+    ("sidecar.istio.io/inject", "true"),
+    ("linkerd.io/inject", "enabled"),
+    ("istio.io/dataplane-mode", "ambient"),
+)
+
+
+def _grpc_ports(service: Mapping[str, Any]) -> list[str]:
+    return [
+        str(port.get("name") or port.get("port"))
+        for port in (service.get("spec") or {}).get("ports") or []
+        if str(port.get("appProtocol", "")).lower() in _GRPC_PROTOCOLS
+        or str(port.get("name", "")).startswith("grpc")
+    ]
+
+
+def _routed_services(ctx: LintContext) -> set[tuple[str, str]]:
+    routed = set()
+    for route in ctx.of_kind("GRPCRoute", "HTTPRoute"):
+        for rule in (route.manifest.get("spec") or {}).get("rules") or []:
+            for ref in rule.get("backendRefs") or []:
+                if ref.get("kind", "Service") == "Service" and ref.get("group", "") == "":
+                    routed.add((str(ref.get("namespace", _ns(route))), str(ref.get("name"))))
+    return routed
+
+
+def _meshed(labels: Mapping[str, str], annotations: Mapping[str, str]) -> bool:
+    return any(
+        labels.get(key) == value or annotations.get(key) == value for key, value in _MESH_MARKERS
+    )
+
+
+def _grpc_l4(ctx: LintContext) -> Iterator[Hit]:
+    routed = _routed_services(ctx)
+    for pod in ctx.pods:
+        if not pod.served or ctx.max_replicas(pod) < 2 or _meshed(pod.labels, pod.annotations):
+            continue
+        for service in services_for(ctx, pod):
+            spec = service.manifest.get("spec") or {}
+            ports = _grpc_ports(service.manifest)
+            if not ports or spec.get("clusterIP") == "None":
+                continue  # headless: clients balance per pod themselves
+            if (_ns(service), str(_meta(service).get("name"))) in routed:
+                continue
+            yield Hit(
+                service,
+                "spec.ports",
+                f"gRPC port {', '.join(ports)} reaches {ctx.max_replicas(pod)} replicas of "
+                f"{pod.kind}/{pod.name} only through kube-proxy (L4): each HTTP/2 "
+                "connection stays on one pod",
+            )
+
+
+GRPC_WITHOUT_L7_ROUTE = Rule(
+    id="grpc-without-l7-route",
+    severity=Severity.WARNING,
+    title="gRPC to several replicas balanced only at L4",
+    why="kube-proxy balances connections, not requests. gRPC multiplexes every call over "
+    "one long-lived HTTP/2 connection, so each client pins all its traffic to the one pod "
+    "its connection landed on: new replicas from a scale-up get nothing while the first "
+    "ones queue, and a rollout moves whole clients at once (Kubernetes blog 'gRPC Load "
+    "Balancing on Kubernetes without Tears').",
+    fix="Route gRPC through an L7 proxy that balances per request (a GRPCRoute on the "
+    "Gateway, or a service mesh), or give clients a headless Service with client-side "
+    "round_robin balancing and a max connection age on the server.",
+    check=_grpc_l4,
+)
+
+
+def _attempts(retry: Any) -> int:
+    if not isinstance(retry, Mapping):
+        return 0
+    value = retry.get("attempts", retry.get("numRetries", 0))
+    return value if isinstance(value, int) else 0
+
+
+def _service_of(host: str, namespace: str) -> tuple[str, str]:
+    parts = host.split(".")
+    return (parts[1] if len(parts) > 1 else namespace, parts[0])
+
+
+def _gateway_retries(ctx: LintContext) -> Iterator[tuple[Document, tuple[str, str], int]]:
+    policies: dict[tuple[str, str], int] = {}
+    for doc in ctx.of_kind("BackendTrafficPolicy"):  # Envoy Gateway
+        attempts = _attempts((doc.manifest.get("spec") or {}).get("retry"))
+        for ref in (doc.manifest.get("spec") or {}).get("targetRefs") or []:
+            if ref.get("kind") in {"HTTPRoute", "GRPCRoute"} and attempts:
+                policies[(_ns(doc), str(ref.get("name")))] = attempts
+    for route in ctx.of_kind("HTTPRoute", "GRPCRoute"):
+        policy = policies.get((_ns(route), str(_meta(route).get("name"))), 0)
+        for rule in (route.manifest.get("spec") or {}).get("rules") or []:
+            attempts = _attempts(rule.get("retry")) or policy
+            for ref in rule.get("backendRefs") or [] if attempts else []:
+                if ref.get("kind", "Service") == "Service":
+                    key = (str(ref.get("namespace", _ns(route))), str(ref.get("name")))
+                    yield route, key, attempts
+    for vs in ctx.of_kind("VirtualService"):
+        gateways = (vs.manifest.get("spec") or {}).get("gateways") or []
+        if gateways and "mesh" not in gateways:
+            yield from _vs_retries(vs)
+
+
+def _vs_retries(vs: Document) -> Iterator[tuple[Document, tuple[str, str], int]]:
+    for http in (vs.manifest.get("spec") or {}).get("http") or []:
+        attempts = _attempts(http.get("retries"))
+        for route in http.get("route") or [] if attempts else []:
+            host = str((route.get("destination") or {}).get("host", ""))
+            yield vs, _service_of(host, _ns(vs)), attempts
+
+
+# Istio retries twice by default when no VirtualService sets `retries` (istio.io docs,
+# "Traffic Management" → "Retries").
+_ISTIO_DEFAULT_ATTEMPTS = 2
+
+
+def _mesh_retries(ctx: LintContext) -> dict[tuple[str, str], tuple[str, int]]:
+    found: dict[tuple[str, str], tuple[str, int]] = {}
+    configured: set[tuple[str, str]] = set()  # hosts whose mesh retries a VirtualService sets
+    for vs in ctx.of_kind("VirtualService"):
+        gateways = (vs.manifest.get("spec") or {}).get("gateways") or []
+        if gateways and "mesh" not in gateways:
+            continue
+        for http in (vs.manifest.get("spec") or {}).get("http") or []:
+            if "retries" not in http:
+                continue
+            for route in http.get("route") or []:
+                host = str((route.get("destination") or {}).get("host", ""))
+                configured.add(_service_of(host, _ns(vs)))
+        for _, key, attempts in _vs_retries(vs):
+            found[key] = (f"VirtualService {_meta(vs).get('name')}", attempts)
+    for service in ctx.of_kind("Service"):
+        annotations = _meta(service).get("annotations") or {}
+        key = (_ns(service), str(_meta(service).get("name")))
+        if "retry.linkerd.io/http" in annotations:
+            limit = str(annotations.get("retry.linkerd.io/limit", "1"))
+            found.setdefault(key, ("Linkerd", int(limit) if limit.isdigit() else 1))
+    for pod in ctx.pods:
+        if pod.annotations.get("sidecar.istio.io/inject") == "true":
+            for service in services_for(ctx, pod):
+                key = (_ns(service), str(_meta(service).get("name")))
+                if key not in configured:
+                    found.setdefault(key, ("Istio's default retry policy", _ISTIO_DEFAULT_ATTEMPTS))
+    return found
+
+
+def _two_layers(ctx: LintContext) -> Iterator[Hit]:
+    mesh = _mesh_retries(ctx)
+    for doc, key, attempts in _gateway_retries(ctx):
+        if key in mesh:
+            where, inner = mesh[key]
+            yield Hit(
+                doc,
+                "spec.rules",
+                f"the gateway retries {key[1]} {attempts} times and {where} retries it "
+                f"{inner} times more: one request can reach the model "
+                f"{(1 + attempts) * (1 + inner)} times",
+            )
+
+
+RETRIES_IN_TWO_LAYERS = Rule(
+    id="retries-in-two-layers",
+    severity=Severity.WARNING,
+    title="Retries at the gateway and in the mesh",
+    why="Retry layers multiply: 2 retries at the gateway and 2 in the sidecar send one "
+    "failed request up to 9 times. On a model server a failure usually means overload "
+    "(503 from a full queue, a timeout on a long generation), so the multiplied retries "
+    "arrive exactly when the GPUs have no room, turning a brownout into an outage.",
+    fix="Retry in one layer only (usually the gateway, with a budget), set the mesh's "
+    "retries to 0 for the model service, and never retry non-idempotent long generations "
+    "on timeout.",
+    check=_two_layers,
+)
