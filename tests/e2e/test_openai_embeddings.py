@@ -88,7 +88,7 @@ async def test_async_client_and_concurrent_requests_batch(server: ServerProcess)
 def test_errors_follow_openai_shapes(client: openai.OpenAI) -> None:
     with pytest.raises(openai.NotFoundError) as missing:
         client.embeddings.create(model="nope", input="x")
-    assert "unknown model 'nope'" in missing.value.message
+    assert "unknown model: 'nope'" in missing.value.message
     with pytest.raises(openai.BadRequestError) as empty:
         client.embeddings.create(model="minilm", input=[])
     assert "'input' must not be empty" in empty.value.message

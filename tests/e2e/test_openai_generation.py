@@ -301,7 +301,7 @@ def test_errors_follow_openai_shapes(client: openai.OpenAI) -> None:
         client.completions.create(model="tiny", prompt="word " * 300, max_tokens=256)
     with pytest.raises(openai.BadRequestError, match="exceeds this model's limit of 256"):
         client.completions.create(model="tiny", prompt="Hi", max_tokens=300)
-    with pytest.raises(openai.NotFoundError, match="unknown model 'nope'"):
+    with pytest.raises(openai.NotFoundError, match="unknown model: 'nope'"):
         client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
     with pytest.raises(openai.BadRequestError, match="not a generative model"):
         client.completions.create(model="iris", prompt="x")

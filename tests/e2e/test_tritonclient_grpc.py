@@ -80,7 +80,7 @@ def test_stream_infer_answers_every_request_and_reports_errors_in_band(
     errors = sorted(str(error) for _, error in got if error is not None)
     assert len(errors) == 2
     assert "missing input 'features'" in errors[0]
-    assert "unknown model 'nope'" in errors[1]
+    assert "unknown model: 'nope'" in errors[1]
     assert answers.empty()
     # the stream was closed cleanly: the client can open another one
     client.start_stream(callback=lambda result, error: answers.put((result, error)))
@@ -109,5 +109,5 @@ def test_model_config_and_statistics_over_grpc(client: grpcclient.InferenceServe
     assert after.execution_count - before.execution_count == 1
     names = {s.name for s in client.get_inference_statistics().model_stats}
     assert {"iris", "echo"} <= names
-    with pytest.raises(InferenceServerException, match="unknown model 'nope'"):
+    with pytest.raises(InferenceServerException, match="unknown model: 'nope'"):
         client.get_inference_statistics("nope")

@@ -93,7 +93,7 @@ def test_fp16_round_trip_through_the_fake_model(
 def test_errors_surface_with_our_message(client: httpclient.InferenceServerClient) -> None:
     x = httpclient.InferInput("x", [1, 3], "FP32")
     x.set_data_from_numpy(np.ones((1, 3), dtype=np.float32))
-    with pytest.raises(InferenceServerException, match="unknown model 'nope'"):
+    with pytest.raises(InferenceServerException, match="unknown model: 'nope'"):
         client.infer("nope", [x])
     with pytest.raises(InferenceServerException, match="missing input 'features'"):
         client.infer("iris", [x])
@@ -138,7 +138,7 @@ def test_triton_model_config_describes_the_model(
     assert config["dynamic_batching"]["max_queue_delay_microseconds"] == 0
     assert config["instance_group"][0]["count"] == 1
     assert config["parameters"]["method"] == {"string_value": "predict"}
-    with pytest.raises(InferenceServerException, match="unknown model 'nope'"):
+    with pytest.raises(InferenceServerException, match="unknown model: 'nope'"):
         client.get_model_config("nope")
 
 
@@ -176,5 +176,5 @@ def test_triton_statistics_count_what_the_model_computed(
     everything = client.get_inference_statistics()["model_stats"]
     assert {"iris", "echo"} <= {s["name"] for s in everything}
     assert "lazy" not in {s["name"] for s in everything}  # not loaded
-    with pytest.raises(InferenceServerException, match="unknown model 'nope'"):
+    with pytest.raises(InferenceServerException, match="unknown model: 'nope'"):
         client.get_inference_statistics("nope")

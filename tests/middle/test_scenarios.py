@@ -124,7 +124,7 @@ async def bad_input(edge: Edge, plane: DataPlane) -> None:
 async def unknown_model(edge: Edge, plane: DataPlane) -> None:
     outcome = await edge.infer("nope", X)
     assert outcome.status == 404, outcome
-    assert "unknown model 'nope'" in outcome.message
+    assert "unknown model: 'nope'" in outcome.message
 
 
 async def cancel(edge: Edge, plane: DataPlane) -> None:

@@ -141,7 +141,7 @@ def test_bad_requests_get_clear_json_errors(tmp_path: Path) -> None:
                 (
                     client.post("/v2/models/nope/infer", json=infer_body([1, 2, 3])),
                     404,
-                    "unknown model 'nope'",
+                    "unknown model: 'nope'",
                 ),
                 (client.get("/v2/models/nope"), 404, "unknown model"),
                 (

@@ -119,13 +119,17 @@ class ModelRepository:
         return sorted((v for n, v in self._entries if n == name), key=_version_key)
 
     def entry(self, name: str, version: str | None = None) -> ModelEntry:
+        # Triton's words, which its clients match ("Request for unknown model"), from
+        # ModelRepositoryManager::GetModel and ModelLifeCycle::GetModel
+        # (github.com/triton-inference-server/core, src/model_repository_manager/); never
+        # a list of the other models: any caller could read what this pod serves.
         if name not in self._latest:
-            raise ModelNotFound(f"unknown model {name!r}; known: {sorted(self._latest)}")
+            raise ModelNotFound(f"Request for unknown model: '{name}' is not found")
         resolved = self._latest[name] if version in (None, LATEST) else version
         entry = self._entries.get((name, resolved or ""))
         if entry is None:
             raise ModelNotFound(
-                f"unknown version {version!r} of model {name!r}; versions: {self.versions(name)}"
+                f"Request for unknown model: '{name}' version {version} is not found"
             )
         return entry
 
