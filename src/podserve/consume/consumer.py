@@ -1,0 +1,173 @@
+"""The consume loop: claim what dead consumers left, read new entries, run each through
+the data plane, write its result and acknowledge it.
+
+    loop: (every claim interval) XAUTOCLAIM idle entries → XREADGROUP up to the free
+          slots → one task per entry: process → result + XACK (one Lua script)
+    stop: stop reading; the entries already claimed run to their results and acks
+
+Up to `max_inflight` entries run at once, so a model's dynamic batcher sees them together
+and batches them as it batches concurrent HTTP requests. A failure worth retrying (500,
+503) is counted and the entry left pending: after `claim_idle_ms` it is claimed again,
+by this consumer or another, until `max_failures`, when it goes to the dead-letter stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from redis.exceptions import RedisError
+
+from podserve.consume.contract import StreamEntry
+from podserve.consume.metrics import ConsumerMetrics
+from podserve.consume.processor import RETRYABLE_STATUSES, process
+from podserve.consume.streams import RedisStreams
+from podserve.core.clock import MONOTONIC, Clock
+from podserve.dataplane import DataPlaneAPI
+
+log = logging.getLogger("podserve.consume")
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerPolicy:
+    read_count: int = 8  # entries asked for per XREADGROUP
+    max_inflight: int = 16  # entries processed at once
+    block_ms: int = 1000  # longest XREADGROUP wait: also the longest reaction to SIGTERM
+    claim_idle_ms: int = 30_000  # a pending entry idle this long is claimed
+    max_failures: int = 3
+    state_interval_s: float = 1.0  # lag/pending gauges refresh
+
+    def __post_init__(self) -> None:
+        if self.read_count < 1 or self.max_inflight < 1:
+            raise ValueError("read_count and max_inflight must be at least 1")
+        if self.max_failures < 1:
+            raise ValueError("max_failures must be at least 1")
+        if self.claim_idle_ms < 1 or self.block_ms < 1:
+            raise ValueError("claim_idle_ms and block_ms must be at least 1")
+
+    @property
+    def claim_interval_s(self) -> float:
+        # Twice per idle timeout: an abandoned entry waits at most 1.5 timeouts.
+        return self.claim_idle_ms / 2000
+
+
+class Consumer:
+    def __init__(
+        self,
+        dataplane: DataPlaneAPI,
+        streams: RedisStreams,
+        policy: ConsumerPolicy,
+        metrics: ConsumerMetrics,
+        clock: Clock = MONOTONIC,
+    ) -> None:
+        self._dataplane = dataplane
+        self._streams = streams
+        self._policy = policy
+        self._metrics = metrics
+        self._clock = clock
+        self._stopping = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def inflight(self) -> int:
+        return len(self._tasks)
+
+    def stop(self) -> None:
+        """Stop reading; `run` returns once the entries already claimed are answered."""
+        self._stopping.set()
+
+    async def run(self) -> None:
+        policy = self._policy
+        await self._streams.ensure_group()
+        next_claim_s = next_state_s = self._clock.now_s()
+        while not self._stopping.is_set():
+            now = self._clock.now_s()
+            if now >= next_state_s:
+                await self._refresh_state()
+                next_state_s = now + policy.state_interval_s
+            free = policy.max_inflight - len(self._tasks)
+            if free <= 0:
+                await asyncio.wait(
+                    self._tasks, timeout=policy.block_ms / 1000, return_when="FIRST_COMPLETED"
+                )
+                continue
+            try:
+                if now >= next_claim_s:
+                    claimed = await self._streams.claim_idle(policy.claim_idle_ms, free)
+                    next_claim_s = now + policy.claim_interval_s
+                    if claimed:
+                        self._metrics.claimed.inc(len(claimed))
+                        log.info("claimed idle entries", extra={"entries": len(claimed)})
+                        self._start(claimed)
+                        continue
+                entries = await self._streams.read_new(
+                    min(policy.read_count, free), policy.block_ms
+                )
+            except RedisError as exc:
+                # Redis restarting or unreachable: what is in flight keeps its pending
+                # entries; wait a block and try again rather than exit and lose the batch.
+                log.warning("redis error; retrying", extra={"error": str(exc)})
+                await asyncio.sleep(policy.block_ms / 1000)
+                continue
+            self._start(entries)
+        if self._tasks:
+            log.info(
+                "stopped reading; finishing claimed entries", extra={"inflight": len(self._tasks)}
+            )
+            await asyncio.wait(self._tasks)
+
+    def _start(self, entries: list[StreamEntry]) -> None:
+        for entry in entries:
+            task = asyncio.ensure_future(self._handle(entry))
+            self._tasks.add(task)
+            self._metrics.inflight.set(len(self._tasks))
+            task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._metrics.inflight.set(len(self._tasks))
+
+    async def _handle(self, entry: StreamEntry) -> None:
+        metrics = self._metrics
+        result = await process(self._dataplane, entry)
+        try:
+            if result.status in RETRYABLE_STATUSES:
+                count = await self._streams.record_failure(entry, result, self._policy.max_failures)
+                if count > 0:
+                    metrics.failed.labels(entry.model).inc()
+                    log.warning(
+                        "entry failed; left pending for another try",
+                        extra={"request_id": entry.request_id, "failures": count},
+                    )
+                    return
+                metrics.dead_lettered.labels(entry.model).inc()
+                log.error(
+                    "entry dead-lettered",
+                    extra={"request_id": entry.request_id, "failures": -count},
+                )
+            elif not await self._streams.write_result(entry, result):
+                metrics.duplicates.inc()
+        except RedisError as exc:
+            # Not acknowledged: the entry stays pending and is claimed again later.
+            log.warning(
+                "could not write the result; the entry stays pending",
+                extra={"request_id": entry.request_id, "error": str(exc)},
+            )
+            return
+        metrics.processed.labels(entry.model, str(result.status)).inc()
+        # Wall clock: the entry id's timestamp is Redis' wall clock (see metrics.py).
+        metrics.latency.labels(entry.model).observe(
+            max(0.0, time.time() - entry.enqueued_ms / 1000)
+        )
+
+    async def _refresh_state(self) -> None:
+        try:
+            state = await self._streams.group_state()
+        except RedisError:
+            return
+        if state is not None:
+            self._metrics.pending.set(state.pending)
+            if state.lag is not None:
+                self._metrics.lag.set(state.lag)

@@ -1,0 +1,204 @@
+"""Redis Streams I/O for the consumer: the group, reads, claims, and the two atomic
+writes (a result with its ack; a dead letter with its ack).
+
+Delivery semantics (https://redis.io/docs/latest/develop/data-types/streams/):
+- XREADGROUP `>` hands each new entry to one consumer of the group and records it in the
+  group's pending entries list (PEL) until XACK.
+- XAUTOCLAIM (Redis 6.2+) moves entries idle in another consumer's PEL for longer than
+  `min-idle-time` to this consumer: a consumer that died (kill -9, a lost node) leaves its
+  entries pending, and whoever claims them runs them again.
+- A re-run must not write a second result. The result is XADDed only if the marker key
+  `<results>:done:<id>` did not exist (SET NX, with a TTL), and the XACK happens in the
+  same Lua script: a crash before the script leaves the entry pending (it runs again), a
+  crash after it leaves it answered and acknowledged, and there is no state in between.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
+
+from podserve.consume.contract import Result, StreamEntry, parse_entry
+
+# KEYS: results, done marker, requests, failures hash
+# ARGV: group, entry id, request id, status, body, marker ttl (s)
+_RESULT_LUA = """
+local written = 0
+if redis.call('SET', KEYS[2], ARGV[2], 'NX', 'EX', ARGV[6]) then
+  redis.call('XADD', KEYS[1], '*', 'id', ARGV[3], 'status', ARGV[4], 'body', ARGV[5])
+  written = 1
+end
+redis.call('XACK', KEYS[3], ARGV[1], ARGV[2])
+redis.call('HDEL', KEYS[4], ARGV[2])
+return written
+"""
+
+# KEYS: failures hash, dead letters, results, done marker, requests
+# ARGV: group, entry id, max failures, request id, status, result body, error, model,
+#       request body, api, marker ttl (s)
+# Returns the failure count, negated when the entry went to the dead-letter stream.
+_FAIL_LUA = """
+local n = redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
+if n < tonumber(ARGV[3]) then
+  return n
+end
+redis.call('XADD', KEYS[2], '*', 'id', ARGV[4], 'model', ARGV[8], 'body', ARGV[9],
+           'api', ARGV[10], 'entry', ARGV[2], 'error', ARGV[7], 'failures', n)
+if redis.call('SET', KEYS[4], ARGV[2], 'NX', 'EX', ARGV[11]) then
+  redis.call('XADD', KEYS[3], '*', 'id', ARGV[4], 'status', ARGV[5], 'body', ARGV[6])
+end
+redis.call('XACK', KEYS[5], ARGV[1], ARGV[2])
+redis.call('HDEL', KEYS[1], ARGV[2])
+return -n
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamNames:
+    requests: str
+    group: str
+    results: str
+    dead_letters: str
+    consumer: str
+    result_ttl_s: int = 7 * 24 * 3600
+
+    @property
+    def failures(self) -> str:
+        return f"{self.requests}:{self.group}:failures"
+
+    def done_marker(self, request_id: str) -> str:
+        return f"{self.results}:done:{request_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupState:
+    pending: int
+    lag: int | None  # None: Redis < 7 does not report it
+
+
+class RedisStreams:
+    def __init__(self, client: aioredis.Redis, names: StreamNames) -> None:
+        self._redis = client
+        self.names = names
+        self._result = client.register_script(_RESULT_LUA)
+        self._fail = client.register_script(_FAIL_LUA)
+        self._claim_cursor = "0-0"
+
+    async def ensure_group(self) -> None:
+        """Create the group (and the stream) if missing; new groups read from the start,
+        so entries a producer wrote before the first consumer ever ran are not skipped."""
+        try:
+            await self._redis.xgroup_create(
+                self.names.requests, self.names.group, id="0", mkstream=True
+            )
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def read_new(self, count: int, block_ms: int) -> list[StreamEntry]:
+        reply = await self._redis.xreadgroup(
+            self.names.group,
+            self.names.consumer,
+            {self.names.requests: ">"},
+            count=count,
+            block=block_ms,
+        )
+        entries: list[StreamEntry] = []
+        streams: list[Any] = list(reply or [])  # [[stream name, [(id, fields), ...]]]
+        for _stream, items in streams:
+            entries.extend(_parse_items(items))
+        return entries
+
+    async def claim_idle(self, min_idle_ms: int, count: int) -> list[StreamEntry]:
+        """Entries idle in any consumer's PEL for at least `min_idle_ms`, now ours. Walks
+        the PEL with a cursor across calls, as XAUTOCLAIM is meant to be used."""
+        reply = await self._redis.xautoclaim(
+            self.names.requests,
+            self.names.group,
+            self.names.consumer,
+            min_idle_ms,
+            start_id=self._claim_cursor,
+            count=count,
+        )
+        cursor: Any = reply[0]
+        items: list[Any] = reply[1]
+        self._claim_cursor = cursor.decode() if isinstance(cursor, bytes) else str(cursor)
+        return _parse_items(items)
+
+    async def write_result(self, entry: StreamEntry, result: Result) -> bool:
+        """XADD the result unless one was written for this request id, and XACK the entry,
+        atomically. False: a result existed already (a re-run after a crash)."""
+        names = self.names
+        keys = [
+            names.results,
+            names.done_marker(entry.request_id),
+            names.requests,
+            names.failures,
+        ]
+        args: list[str | bytes | int] = [
+            names.group,
+            entry.entry_id,
+            result.request_id,
+            result.status,
+            result.body,
+            names.result_ttl_s,
+        ]
+        written = await self._result(keys=keys, args=args)
+        return bool(written)
+
+    async def record_failure(self, entry: StreamEntry, result: Result, max_failures: int) -> int:
+        """Count a failed attempt. Below `max_failures` the entry stays pending (claimed
+        again after the idle timeout) and the count is returned; at `max_failures` it goes
+        to the dead-letter stream, its error becomes its result, it is acknowledged, and
+        the negated count is returned."""
+        names = self.names
+        keys = [
+            names.failures,
+            names.dead_letters,
+            names.results,
+            names.done_marker(entry.request_id),
+            names.requests,
+        ]
+        args: list[str | bytes | int] = [
+            names.group,
+            entry.entry_id,
+            max_failures,
+            entry.request_id,
+            result.status,
+            result.body,
+            result.body.decode("utf-8", "replace"),
+            _model_field(entry),
+            entry.body,
+            entry.api.value,
+            names.result_ttl_s,
+        ]
+        n = await self._fail(keys=keys, args=args)
+        return int(n)
+
+    async def group_state(self) -> GroupState | None:
+        groups: list[dict[str, Any]] = await self._redis.xinfo_groups(self.names.requests)
+        for group in groups:
+            name = group.get("name")
+            if (name.decode() if isinstance(name, bytes) else name) == self.names.group:
+                lag = group.get("lag")
+                return GroupState(int(group.get("pending", 0)), None if lag is None else int(lag))
+        return None
+
+
+def _model_field(entry: StreamEntry) -> str:
+    return f"{entry.model}/{entry.version}" if entry.version else entry.model
+
+
+def _parse_items(items: Sequence[Any]) -> list[StreamEntry]:
+    entries: list[StreamEntry] = []
+    for item in items:
+        if item is None:  # Redis < 7: an entry deleted while pending
+            continue
+        raw_id, fields = item
+        entry_id = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
+        entries.append(parse_entry(entry_id, fields or {}))
+    return entries

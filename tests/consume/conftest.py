@@ -1,0 +1,131 @@
+"""A real redis-server on 127.0.0.1 (a free port, no persistence) for the consume tests,
+and an in-process consumer over a real data plane."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import socket
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from podserve.config.settings import ServerSettings
+from podserve.consume.consumer import Consumer, ConsumerPolicy
+from podserve.consume.metrics import ConsumerMetrics
+from podserve.consume.streams import RedisStreams, StreamNames
+from podserve.dataplane import DataPlane
+from podserve.dataplane.build import build_dataplane
+from tests.support.server import wait_until
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed (Debian package redis-server)")
+    port = free_port()
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def up() -> bool:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return True
+        return False
+
+    try:
+        wait_until(up, timeout_s=20, what="redis-server")
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+_counter = iter(range(1_000_000))
+
+
+def fresh_names(consumer: str = "c1") -> StreamNames:
+    """Stream names no other test uses (the server is shared by the session)."""
+    n = next(_counter)
+    return StreamNames(
+        requests=f"req{n}",
+        group="g",
+        results=f"res{n}",
+        dead_letters=f"req{n}:dead",
+        consumer=consumer,
+    )
+
+
+@dataclass
+class Harness:
+    client: aioredis.Redis
+    names: StreamNames
+    consumer: Consumer
+    dataplane: DataPlane
+    metrics: ConsumerMetrics
+
+    async def results(self, n: int, timeout_s: float = 30.0) -> list[dict[bytes, bytes]]:
+        """Read the results stream until it holds `n` entries (XREAD BLOCK: a real wait)."""
+        return await read_stream(self.client, self.names.results, n, timeout_s)
+
+
+async def read_stream(
+    client: aioredis.Redis, stream: str, n: int, timeout_s: float = 30.0
+) -> list[dict[bytes, bytes]]:
+    found: list[dict[bytes, bytes]] = []
+    last = "0-0"
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while len(found) < n:
+        if loop.time() > deadline:
+            raise AssertionError(f"{stream}: {len(found)} of {n} entries after {timeout_s}s")
+        reply = await client.xread({stream: last}, block=200)
+        for _name, items in reply or []:
+            for entry_id, fields in items:
+                last = entry_id.decode()
+                found.append(fields)
+    return found
+
+
+@contextlib.asynccontextmanager
+async def consuming(
+    redis_url: str,
+    repository: Path,
+    cache_dir: Path,
+    policy: ConsumerPolicy,
+    names: StreamNames | None = None,
+) -> AsyncIterator[Harness]:
+    settings = ServerSettings.build(
+        {"model_repository": repository, "cache_dir": cache_dir, "models": []}, None
+    )
+    dataplane = build_dataplane(settings, asyncio.get_running_loop())
+    await dataplane.load_preloaded()
+    client = aioredis.Redis.from_url(redis_url)
+    names = names or fresh_names()
+    metrics = ConsumerMetrics(names.requests, names.group)
+    consumer = Consumer(dataplane, RedisStreams(client, names), policy, metrics)
+    await RedisStreams(client, names).ensure_group()
+    task = asyncio.ensure_future(consumer.run())
+    try:
+        yield Harness(client, names, consumer, dataplane, metrics)
+    finally:
+        consumer.stop()
+        await task
+        dataplane.stop()
+        await dataplane.close()
+        await client.aclose()

@@ -1,0 +1,263 @@
+"""The consumer in process: a real redis-server, a real data plane over real models."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from podserve.consume.consumer import ConsumerPolicy
+from podserve.consume.contract import Api, parse_entry
+from podserve.consume.metrics import MetricsListener
+from podserve.consume.streams import RedisStreams
+from tests.consume.conftest import consuming, fresh_names, read_stream
+from tests.support.server import write_model
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "models"
+FAST = ConsumerPolicy(read_count=8, max_inflight=16, block_ms=100, claim_idle_ms=200)
+
+
+@pytest.fixture
+def repository(tmp_path: Path) -> Path:
+    root = tmp_path / "models"
+    write_model(
+        root,
+        "double",
+        batching={"max_batch_size": 8},
+        parameters={"scale": 2.0, "fail_value": 1313.0},
+    )
+    shutil.copytree(EXAMPLES / "iris", root / "iris")
+    return root
+
+
+def v2_body(values: list[float]) -> bytes:
+    rows = len(values) // 3
+    return orjson.dumps(
+        {"inputs": [{"name": "x", "shape": [rows, 3], "datatype": "FP32", "data": values}]}
+    )
+
+
+def by_id(results: list[dict[bytes, bytes]]) -> dict[str, dict[bytes, bytes]]:
+    return {r[b"id"].decode(): r for r in results}
+
+
+# -- the contract ----------------------------------------------------------------------
+
+
+def test_parse_entry_reads_the_contract_fields() -> None:
+    entry = parse_entry(
+        "1700000000000-3",
+        {b"id": b"r1", b"model": b"iris/2", b"body": b"{}", b"api": b"openai.embeddings"},
+    )
+    assert (entry.request_id, entry.model, entry.version) == ("r1", "iris", "2")
+    assert entry.api is Api.OPENAI_EMBEDDINGS
+    assert entry.enqueued_ms == 1_700_000_000_000
+    assert entry.problem is None
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({b"model": b"m", b"body": b"{}"}, "no 'id'"),
+        ({b"id": b"r", b"body": b"{}"}, "no 'model'"),
+        ({b"id": b"r", b"model": b"m"}, "no 'body'"),
+        ({b"id": b"r", b"model": b"m", b"body": b"{}", b"api": b"grpc"}, "api 'grpc'"),
+    ],
+)
+def test_parse_entry_names_what_breaks_the_contract(fields: dict[bytes, bytes], says: str) -> None:
+    problem = parse_entry("1-0", fields).problem
+    assert problem is not None
+    assert says in problem
+
+
+# -- through the data plane ------------------------------------------------------------
+
+
+async def test_every_entry_gets_its_result_and_is_acknowledged(
+    redis_url: str, repository: Path, tmp_path: Path
+) -> None:
+    async with consuming(redis_url, repository, tmp_path / "cache", FAST) as h:
+        for i in range(40):
+            await h.client.xadd(
+                h.names.requests,
+                {"id": f"r{i}", "model": "double", "body": v2_body([i, i + 1, i + 2])},
+            )
+        iris = orjson.dumps(
+            {
+                "inputs": [
+                    {
+                        "name": "features",
+                        "shape": [1, 4],
+                        "datatype": "FP32",
+                        "data": [5.1, 3.5, 1.4, 0.2],
+                    }
+                ]
+            }
+        )
+        await h.client.xadd(h.names.requests, {"id": "iris", "model": "iris", "body": iris})
+        results = by_id(await h.results(41))
+        for i in range(40):
+            result = results[f"r{i}"]
+            assert result[b"status"] == b"200"
+            body = orjson.loads(result[b"body"])
+            assert body["model_name"] == "double"
+            assert body["outputs"][0]["data"] == [2 * i, 2 * (i + 1), 2 * (i + 2)]
+        assert orjson.loads(results["iris"][b"body"])["outputs"][0]["data"] == [0]  # setosa
+        assert await h.client.xpending(h.names.requests, h.names.group) == {
+            "pending": 0,
+            "min": None,
+            "max": None,
+            "consumers": [],
+        }
+
+
+async def test_bad_requests_are_answered_with_the_http_status_not_retried(
+    redis_url: str, repository: Path, tmp_path: Path
+) -> None:
+    async with consuming(redis_url, repository, tmp_path / "cache", FAST) as h:
+        add = h.client.xadd
+        await add(h.names.requests, {"id": "nojson", "model": "double", "body": b"{not json"})
+        await add(
+            h.names.requests, {"id": "nomodel", "model": "nosuch", "body": v2_body([1, 2, 3])}
+        )
+        await add(h.names.requests, {"id": "shape", "model": "double", "body": v2_body([1, 2])})
+        await add(h.names.requests, {"model": "double", "body": v2_body([1, 2, 3])})
+        results = await h.results(4)
+        statuses = {r[b"id"].decode(): int(r[b"status"]) for r in results}
+        assert statuses["nojson"] == 400
+        assert statuses["nomodel"] == 404
+        assert statuses["shape"] == 400
+        assert [s for i, s in statuses.items() if i not in ("nojson", "nomodel", "shape")] == [400]
+        for r in results:
+            assert "error" in orjson.loads(r[b"body"])
+        assert await h.client.xlen(h.names.dead_letters) == 0
+
+
+async def test_an_entry_failing_max_times_is_dead_lettered_with_its_error(
+    redis_url: str, repository: Path, tmp_path: Path
+) -> None:
+    policy = ConsumerPolicy(
+        read_count=4, max_inflight=8, block_ms=50, claim_idle_ms=50, max_failures=3
+    )
+    async with consuming(redis_url, repository, tmp_path / "cache", policy) as h:
+        await h.client.xadd(
+            h.names.requests, {"id": "bad", "model": "double", "body": v2_body([1313, 1, 1])}
+        )
+        await h.client.xadd(
+            h.names.requests, {"id": "good", "model": "double", "body": v2_body([1, 1, 1])}
+        )
+        dead = await read_stream(h.client, h.names.dead_letters, 1)
+        assert dead[0][b"id"] == b"bad"
+        assert dead[0][b"failures"] == b"3"
+        assert b"refuses the value 1313" in dead[0][b"error"]
+        assert dead[0][b"body"] == v2_body([1313, 1, 1])
+        results = by_id(await h.results(2))
+        assert results["good"][b"status"] == b"200"
+        assert results["bad"][b"status"] == b"500"
+        assert h.metrics.failed.labels("double")._value.get() == 2
+        assert h.metrics.dead_lettered.labels("double")._value.get() == 1
+        assert (await h.client.xpending(h.names.requests, h.names.group))["pending"] == 0
+        assert await h.client.hlen(h.names.failures) == 0
+
+
+async def test_entries_a_dead_consumer_left_pending_are_claimed_and_answered_once(
+    redis_url: str, repository: Path, tmp_path: Path
+) -> None:
+    names = fresh_names()
+    client = redis_url
+    import redis.asyncio as aioredis
+
+    ghost = aioredis.Redis.from_url(client)
+    try:
+        await RedisStreams(ghost, names).ensure_group()
+        for i in range(5):
+            await ghost.xadd(
+                names.requests, {"id": f"r{i}", "model": "double", "body": v2_body([i, i, i])}
+            )
+        # A consumer that reads and dies before answering: its entries stay pending.
+        taken = await ghost.xreadgroup(names.group, "ghost", {names.requests: ">"}, count=5)
+        assert len(taken[0][1]) == 5
+        async with consuming(redis_url, repository, tmp_path / "cache", FAST, names=names) as h:
+            results = by_id(await h.results(5))
+            assert sorted(results) == [f"r{i}" for i in range(5)]
+            assert h.metrics.claimed._value.get() == 5
+            # Replaying one answered entry (a re-run after a crash) writes no second result.
+            entry_id, fields = taken[0][1][0]
+            entry = parse_entry(entry_id.decode(), fields)
+            from podserve.consume.contract import Result
+
+            again = Result(entry.request_id, 200, b"{}")
+            assert not await RedisStreams(ghost, names).write_result(entry, again)
+            assert await h.client.xlen(names.results) == 5
+    finally:
+        await ghost.aclose()
+
+
+async def test_stopping_finishes_and_acknowledges_what_was_claimed(
+    redis_url: str, repository: Path, tmp_path: Path
+) -> None:
+    root = repository
+    write_model(root, "slow", parameters={"delay_s": 0.2}, batching={"max_batch_size": 4})
+    async with consuming(redis_url, root, tmp_path / "cache", FAST) as h:
+        for i in range(6):
+            await h.client.xadd(
+                h.names.requests, {"id": f"s{i}", "model": "slow", "body": v2_body([i, i, i])}
+            )
+        # Wait until the consumer holds entries (in flight), then stop it.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while h.consumer.inflight == 0:
+            assert loop.time() < deadline, "nothing claimed"
+            await asyncio.sleep(0.01)
+        held = h.consumer.inflight
+        h.consumer.stop()
+    # `consuming` waited for run() to return: everything it claimed is answered and acked.
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        answered = await client.xlen(h.names.results)
+        assert answered >= held
+        pending = await client.xpending(h.names.requests, h.names.group)
+        assert pending["pending"] == 0
+    finally:
+        await client.aclose()
+
+
+async def test_metrics_report_lag_pending_processed_and_latency(
+    redis_url: str, repository: Path, tmp_path: Path
+) -> None:
+    policy = ConsumerPolicy(
+        read_count=8, max_inflight=16, block_ms=100, claim_idle_ms=200, state_interval_s=0.05
+    )
+    async with consuming(redis_url, repository, tmp_path / "cache", policy) as h:
+        listener = MetricsListener(h.metrics.exposition, "127.0.0.1", 0)
+        await listener.start()
+        try:
+            for i in range(10):
+                await h.client.xadd(
+                    h.names.requests, {"id": f"m{i}", "model": "double", "body": v2_body([1, 2, 3])}
+                )
+            await h.results(10)
+            async with httpx.AsyncClient() as http:
+                text = (await http.get(f"http://127.0.0.1:{listener.port}/metrics")).text
+                missing = await http.get(f"http://127.0.0.1:{listener.port}/nope")
+            assert missing.status_code == 404
+        finally:
+            await listener.close()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    assert (
+        samples[("podserve_consumer_processed_total", (("code", "200"), ("model", "double")))] == 10
+    )
+    assert samples[("podserve_consumer_end_to_end_seconds_count", (("model", "double"),))] == 10
+    assert ("podserve_consumer_lag", ()) in samples
+    assert ("podserve_consumer_pending", ()) in samples
