@@ -10,15 +10,26 @@ status says what failed without reading logs:
     3  the model is not at the source
     4  digest mismatch: the bytes are not the pinned model
     5  network error: the source was unreachable or the transfer broke (retry resumes)
+    6  archive refused: unsafe (a path or link outside the model, a device file), over a
+       bound (--max-unpacked-bytes, --max-unpacked-files, the packed/unpacked ratio), or
+       not a readable archive
+
+An http(s) URI ending in .tar, .tar.gz, .tgz, .tar.bz2, .tar.xz or .zip is unpacked (as
+KServe's storage initializer does) and the digest covers the unpacked tree: pin the
+`podserve digest` of the directory you packed, not the archive's sha256.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from podserve.storage.archive import ArchiveLimits
 
 EXIT_OK = 0
 EXIT_OTHER = 1
@@ -26,6 +37,7 @@ EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
 EXIT_DIGEST_MISMATCH = 4
 EXIT_NETWORK = 5
+EXIT_ARCHIVE = 6
 
 DEFAULT_CACHE_DIR = "/cache"
 
@@ -104,6 +116,19 @@ def register(subparsers: Any) -> None:
         help="network timeout per connect or read, in seconds",
     )
     parser.add_argument(
+        "--max-unpacked-bytes",
+        type=_positive_int,
+        default=None,
+        help="bound on the bytes an archive may unpack to (default 256 GiB; an archive may "
+        "also unpack to at most 200x its size above 64 MiB)",
+    )
+    parser.add_argument(
+        "--max-unpacked-files",
+        type=_positive_int,
+        default=None,
+        help="bound on the entries of an archive (default 100000)",
+    )
+    parser.add_argument(
         "--progress",
         choices=("auto", "rich", "json", "none"),
         default="auto",
@@ -111,6 +136,16 @@ def register(subparsers: Any) -> None:
         "JSON log lines otherwise",
     )
     parser.set_defaults(run=_run)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _env_int(name: str) -> int | None:
@@ -131,6 +166,7 @@ def _run(args: argparse.Namespace) -> int:
         fetch_model,
         progress_for,
     )
+    from podserve.storage.archive import ArchiveError, ArchiveLimits
     from podserve.storage.progress import JsonLinesProgress, RichProgress, json_log_line
 
     max_cache_bytes = args.cache_max_bytes
@@ -165,6 +201,7 @@ def _run(args: argparse.Namespace) -> int:
             sources=sources,
             copy_local=args.copy_local,
             max_cache_bytes=max_cache_bytes,
+            archive_limits=_archive_limits(args, ArchiveLimits()),
             verify_hit=args.verify_hit,
         )
     except InvalidModelURI as exc:
@@ -176,6 +213,8 @@ def _run(args: argparse.Namespace) -> int:
         fields = {"expected": exc.expected, "actual": exc.actual}
     except FetchNetworkError as exc:
         code, message = EXIT_NETWORK, exc.message
+    except ArchiveError as exc:
+        code, message = EXIT_ARCHIVE, exc.message
     except StorageError as exc:
         code, message = EXIT_OTHER, exc.message
     except OSError as exc:  # the cache volume itself: full, read-only, permissions
@@ -191,3 +230,11 @@ def _run(args: argparse.Namespace) -> int:
         return code
     sys.stdout.write(f"{result.path}\n")
     return EXIT_OK
+
+
+def _archive_limits(args: argparse.Namespace, defaults: ArchiveLimits) -> ArchiveLimits:
+    return dataclasses.replace(
+        defaults,
+        max_unpacked_bytes=args.max_unpacked_bytes or defaults.max_unpacked_bytes,
+        max_entries=args.max_unpacked_files or defaults.max_entries,
+    )

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import orjson
 
+from podserve.storage.archive import archive_format
 from podserve.storage.digest import Digest, Manifest, ManifestEntry
 from podserve.storage.errors import CacheCorrupted
 from podserve.storage.locks import FileLock
@@ -73,6 +74,10 @@ def key_for(uri: ModelURI) -> CacheKey:
         name = f"{uri.pinned.algorithm}-{uri.pinned.hex}"
     else:
         name = f"uri-{source_id}"
+        if archive_format(uri) is not None:
+            # Earlier versions stored an archive as one file under `uri-<id>`: an unpinned
+            # archive URI gets its own key, so that such an entry is never served as a tree.
+            name += "-unpacked"
     return CacheKey(name, uri.pinned, uri.normalized(), source_id)
 
 

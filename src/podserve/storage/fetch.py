@@ -1,6 +1,9 @@
 """Resolve a model URI to a verified local directory.
 
-resolve → (hit? check it) → lock → download into staging → verify → publish → evict.
+resolve → (hit? check it) → lock → download into staging → (unpack) → verify → publish → evict.
+
+An http(s) URI naming an archive (`.tar.gz`, `.zip`, ... see archive.py) is unpacked in
+the staging area, and the digest covers the unpacked tree, not the archive's bytes.
 
 A local path is served where it lies (verified in place when pinned). Everything else
 goes through the node cache (cache.py): under the key's exclusive lock one process
@@ -15,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from podserve.storage.archive import ArchiveLimits, archive_format, unpack_staged
 from podserve.storage.cache import CachedEntry, CacheKey, ModelCache, key_for
 from podserve.storage.digest import Digest, compute_manifest, sizes_match, verify
 from podserve.storage.errors import CacheCorrupted, DigestMismatch, ModelNotFoundAtSource
@@ -53,6 +57,7 @@ def fetch_model(
     max_cache_bytes: int | None = None,
     fetchers: Mapping[Scheme, Fetcher] | None = None,
     verify_hit: bool = False,
+    archive_limits: ArchiveLimits | None = None,
 ) -> FetchResult:
     """The verified local copy of `uri`, holding its in-use lease. Synchronous: the
     server runs it in a worker thread.
@@ -61,7 +66,7 @@ def fetch_model(
     local path through the cache too; `max_cache_bytes` bounds the cache (LRU eviction of
     entries not in use); `verify_hit` re-hashes a pinned hit against its digest (a
     shared node cache any pod can write to); `fetchers` replaces the per-scheme fetchers
-    (tests, new schemes).
+    (tests, new schemes); `archive_limits` bounds what an archive may unpack to.
     """
     parsed = uri if isinstance(uri, ModelURI) else parse_model_uri(uri, digest=digest)
     if isinstance(uri, ModelURI) and digest is not None:
@@ -83,7 +88,13 @@ def fetch_model(
         from_cache = entry is not None
         if entry is None:
             entry, from_cache = _fetch_locked(
-                cache, key, parsed, _fetcher_for(table, parsed.scheme), report, against
+                cache,
+                key,
+                parsed,
+                _fetcher_for(table, parsed.scheme),
+                report,
+                against,
+                archive_limits or ArchiveLimits(),
             )
         cache.touch(key.name)
         if max_cache_bytes is not None:
@@ -146,6 +157,7 @@ def _fetch_locked(
     fetcher: Fetcher,
     report: Progress,
     against: Digest | None = None,
+    archive_limits: ArchiveLimits | None = None,
 ) -> tuple[CachedEntry, bool]:
     lock = cache.fetch_lock(key.name)
     if not lock.acquire(blocking=False):
@@ -163,6 +175,13 @@ def _fetch_locked(
         staging.create()
         report.phase(Phase.DOWNLOADING, str(uri))
         fetcher.fetch(uri, staging, report)
+        kind = archive_format(uri)
+        if kind is not None:
+            report.phase(Phase.UNPACKING, f"{uri} ({kind})")
+            # Unpacked beside files/ and swapped in whole: a refused or interrupted
+            # unpack leaves nothing that could be verified and published.
+            limits = archive_limits or ArchiveLimits()
+            unpack_staged(staging.files, staging.state / "unpacking", kind, limits)
         report.phase(Phase.VERIFYING, str(uri))
         manifest = compute_manifest(staging.files)
         if key.pinned is not None and manifest.digest != key.pinned:

@@ -37,6 +37,7 @@ class Phase(enum.StrEnum):
     CACHE_HIT = "cache_hit"
     WAITING_FOR_LOCK = "waiting_for_lock"
     DOWNLOADING = "downloading"
+    UNPACKING = "unpacking"
     VERIFYING = "verifying"
     PUBLISHED = "published"
     EVICTED = "evicted"
