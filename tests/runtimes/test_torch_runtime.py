@@ -105,7 +105,7 @@ def test_exported_program_loads(tmp_path: Path) -> None:
     [
         ("parameters: {device: cuda}\n", "CUDA is not available"),
         ("parameters: {device: tpu9}\n", "parameter device"),
-        ("parameters: {dtype: int8}\n", "dtype='int8' is not one of"),
+        ("parameters: {dtype: int8}\n", "parameter 'dtype': Input should be 'float32'"),
     ],
 )
 def test_bad_parameters_fail_at_load(tmp_path: Path, extra: str, message: str) -> None:
@@ -247,7 +247,10 @@ def test_strict_loading_refuses_missing_weights(tmp_path: Path) -> None:
     [
         (lambda y: y.replace('model_class: "net:TinyNet"\n', ""), "needs model_class"),
         (lambda y: y.replace("net:TinyNet", "torch:Tensor"), "not a torch.nn.Module subclass"),
-        (lambda y: y.replace("{features: 3, hidden: 8}", "[3, 8]"), "init_kwargs must be"),
+        (
+            lambda y: y.replace("{features: 3, hidden: 8}", "[3, 8]"),
+            "'init_kwargs': Input should be a valid",
+        ),
         (lambda y: y.replace("hidden: 8", "hidden: 9"), "size mismatch"),
         (lambda y: y.replace("weights.safetensors", "weights.bin"), "needs a .safetensors"),
     ],

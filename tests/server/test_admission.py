@@ -171,7 +171,8 @@ def test_deadline_passing_in_the_queue_is_never_computed(tmp_path: Path) -> None
         )
         with server.client() as client:
             by_parameter = client.post(
-                "/v2/models/slow/infer", json=infer_body([2, 2, 2], parameters={"timeout": 0.2})
+                "/v2/models/slow/infer",
+                json=infer_body([2, 2, 2], parameters={"timeout": 200_000}),  # microseconds
             )
             by_header = client.post(
                 "/v2/models/slow/infer",

@@ -10,6 +10,7 @@ from podserve.core.errors import ModelLoadFailed
 from podserve.generation.loading import GENERATIVE_RUNTIMES, LoadedGenerator, load_generator
 from podserve.repository.discovery import resolve_fetched
 from podserve.runtimes import LoadContext, ModelAPI, create_model
+from podserve.runtimes.parameters import validate_parameters
 from podserve.storage import (
     Digest,
     DigestMismatch,
@@ -63,7 +64,14 @@ def load_and_warm(config: ModelConfig) -> ModelAPI | LoadedGenerator:
         return load_generator(config)
     model = create_model(config)
     directory = config.directory or config.artifact_path().parent
-    model.load(LoadContext(config=config, directory=directory, parameters=config.parameters))
+    options = validate_parameters(
+        type(model).Parameters, config.parameters, model=config.name, runtime=config.runtime
+    )
+    model.load(
+        LoadContext(
+            config=config, directory=directory, parameters=config.parameters, options=options
+        )
+    )
     if config.warmup:
         request = model.warmup_request(config.name)
         if request is not None:

@@ -20,7 +20,7 @@ import abc
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
@@ -28,8 +28,14 @@ from podserve.config.model_config import ModelConfig
 from podserve.core.errors import InvalidInput
 from podserve.core.tensors import Datatype, InferRequest, Tensor, TensorSpec
 from podserve.core.types import Array
+from podserve.runtimes.parameters import (
+    OpenParameters,
+    RuntimeParameters,
+    validate_parameters,
+)
 
 Payload = dict[str, Array]
+P = TypeVar("P", bound=RuntimeParameters)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,10 +45,20 @@ class LoadContext:
     config: ModelConfig
     directory: Path
     parameters: Mapping[str, Any] = field(default_factory=dict)
+    # `parameters` validated against the model class's `Parameters` (done at load)
+    options: RuntimeParameters = field(default_factory=OpenParameters)
 
     @property
     def artifact_path(self) -> Path:
         return self.config.artifact_path()
+
+    def options_as(self, kind: type[P]) -> P:
+        """The parameters as the runtime's own model: validated at load already, or now
+        (a context built by hand, in a test or a script)."""
+        if isinstance(self.options, kind):
+            return self.options
+        raw = self.parameters or self.config.parameters
+        return validate_parameters(kind, raw, model=self.config.name, runtime=self.config.runtime)
 
 
 class ModelAPI(abc.ABC):
@@ -55,6 +71,9 @@ class ModelAPI(abc.ABC):
     """
 
     supports_batching: bool = True
+    # The model.yaml `parameters:` this class takes; validated at load, unknown keys
+    # refused. User models may declare their own; the default takes any keys.
+    Parameters: ClassVar[type[RuntimeParameters]] = OpenParameters
 
     def __init__(self) -> None:
         self.inputs: tuple[TensorSpec, ...] = ()

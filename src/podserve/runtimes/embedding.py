@@ -29,9 +29,12 @@ import numpy as np
 from podserve.core.errors import InvalidInput, ModelLoadFailed
 from podserve.core.tensors import Datatype, TensorSpec
 from podserve.runtimes.base import LoadContext, ModelAPI, Payload
+from podserve.runtimes.parameters import EmbeddingParameters
 
 
 class SentenceEmbeddingModel(ModelAPI):
+    Parameters = EmbeddingParameters
+
     def __init__(self) -> None:
         super().__init__()
         self._torch: Any = None
@@ -41,7 +44,7 @@ class SentenceEmbeddingModel(ModelAPI):
         self._normalize = True
 
     def load(self, context: LoadContext) -> None:
-        params = context.config.parameters
+        params = context.options_as(EmbeddingParameters)
         # Never reach for a hub: the weights are local (a directory or a package).
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         try:
@@ -52,11 +55,11 @@ class SentenceEmbeddingModel(ModelAPI):
                 "runtime 'embedding' needs torch and transformers: pip install podserve[llm]"
             ) from exc
         self._torch = torch
-        if params.get("num_threads"):
-            torch.set_num_threads(int(params["num_threads"]))
+        if params.num_threads:
+            torch.set_num_threads(params.num_threads)
         directory = _model_dir(context.directory, params)
-        self._max_length = int(params.get("max_length", 256))
-        self._normalize = bool(params.get("normalize", True))
+        self._max_length = params.max_length
+        self._normalize = params.normalize
         try:
             self._tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
             self._encoder = AutoModel.from_pretrained(str(directory), local_files_only=True)
@@ -102,18 +105,18 @@ class SentenceEmbeddingModel(ModelAPI):
         }
 
 
-def _model_dir(directory: Path, params: dict[str, Any]) -> Path:
-    if params.get("package"):
+def _model_dir(directory: Path, params: EmbeddingParameters) -> Path:
+    if params.package:
         try:
-            module = importlib.import_module(str(params["package"]))
+            module = importlib.import_module(params.package)
         except ImportError as exc:
-            raise ModelLoadFailed(f"model package {params['package']!r} is not installed") from exc
+            raise ModelLoadFailed(f"model package {params.package!r} is not installed") from exc
         getter = getattr(module, "get_model_path", None)
         found = getter() if callable(getter) else getattr(module, "MODEL_DIR", None)
         if found is None:
-            raise ModelLoadFailed(f"package {params['package']!r} exposes no model directory")
+            raise ModelLoadFailed(f"package {params.package!r} exposes no model directory")
         return Path(found)
-    if params.get("model_dir"):
-        candidate = Path(str(params["model_dir"]))
+    if params.model_dir:
+        candidate = Path(params.model_dir)
         return candidate if candidate.is_absolute() else directory / candidate
     return directory

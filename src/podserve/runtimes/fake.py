@@ -19,12 +19,15 @@ import numpy as np
 
 from podserve.core.errors import InferenceFailed, ModelLoadFailed
 from podserve.runtimes.base import LoadContext, ModelAPI, Payload
+from podserve.runtimes.parameters import FakeParameters
 
 # Never set: a hung predict waits on it forever, like a wedged device call.
 _NEVER = threading.Event()
 
 
 class FakeModel(ModelAPI):
+    Parameters = FakeParameters
+
     def __init__(self) -> None:
         super().__init__()
         self.scale = 2.0
@@ -34,16 +37,15 @@ class FakeModel(ModelAPI):
         self.fail_value: float | None = None
 
     def load(self, context: LoadContext) -> None:
-        params = context.config.parameters
-        time.sleep(float(params.get("load_delay_s", 0.0)))
-        if params.get("load_error"):
-            raise ModelLoadFailed(str(params["load_error"]))
-        self.scale = float(params.get("scale", 2.0))
-        self.offset = float(params.get("offset", 0.0))
-        self.delay_s = float(params.get("delay_s", 0.0))
-        hang, fail = params.get("hang_value"), params.get("fail_value")
-        self.hang_value = None if hang is None else float(hang)
-        self.fail_value = None if fail is None else float(fail)
+        params = context.options_as(FakeParameters)
+        time.sleep(params.load_delay_s)
+        if params.load_error:
+            raise ModelLoadFailed(params.load_error)
+        self.scale = params.scale
+        self.offset = params.offset
+        self.delay_s = params.delay_s
+        self.hang_value = params.hang_value
+        self.fail_value = params.fail_value
 
     def predict(self, batch: Payload) -> Payload:
         x = batch["x"]

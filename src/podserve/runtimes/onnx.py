@@ -29,6 +29,7 @@ from podserve.core.errors import ModelLoadFailed
 from podserve.core.tensors import Datatype, TensorSpec
 from podserve.core.types import Array
 from podserve.runtimes.base import LoadContext, ModelAPI, Payload
+from podserve.runtimes.parameters import OnnxParameters
 
 # onnxruntime's NodeArg.type strings for tensors -> OIP datatypes.
 ONNX_TYPE_TO_DATATYPE: dict[str, Datatype] = {
@@ -46,10 +47,11 @@ ONNX_TYPE_TO_DATATYPE: dict[str, Datatype] = {
     "tensor(double)": Datatype.FP64,
     "tensor(string)": Datatype.BYTES,
 }
-_OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
 
 
 class OnnxModel(ModelAPI):
+    Parameters = OnnxParameters
+
     def __init__(self) -> None:
         super().__init__()
         self.session: Any = None
@@ -59,11 +61,11 @@ class OnnxModel(ModelAPI):
     def load(self, context: LoadContext) -> None:
         import onnxruntime as ort
 
-        params = context.config.parameters
+        params = context.options_as(OnnxParameters)
         path = context.artifact_path
         if not path.is_file():
             raise ModelLoadFailed(f"ONNX artefact {path} does not exist (set `artifact`)")
-        providers = _providers(params.get("providers", ["CPUExecutionProvider"]))
+        providers = params.providers
         missing = [p for p in providers if p not in ort.get_available_providers()]
         if missing:
             raise ModelLoadFailed(
@@ -71,16 +73,15 @@ class OnnxModel(ModelAPI):
                 f"{ort.get_available_providers()}"
             )
         options = ort.SessionOptions()
-        for key in ("intra_op_num_threads", "inter_op_num_threads"):
-            if params.get(key) is not None:
-                setattr(options, key, _non_negative_int(key, params[key]))
-        if params.get("allow_spinning") is not None:
-            spinning = "1" if bool(params["allow_spinning"]) else "0"
+        if params.intra_op_num_threads is not None:
+            options.intra_op_num_threads = params.intra_op_num_threads
+        if params.inter_op_num_threads is not None:
+            options.inter_op_num_threads = params.inter_op_num_threads
+        if params.allow_spinning is not None:
+            spinning = "1" if params.allow_spinning else "0"
             options.add_session_config_entry("session.intra_op.allow_spinning", spinning)
             options.add_session_config_entry("session.inter_op.allow_spinning", spinning)
-        options.graph_optimization_level = _optimization_level(
-            ort, str(params.get("graph_optimization_level", "all"))
-        )
+        options.graph_optimization_level = _optimization_level(ort, params.graph_optimization_level)
         try:
             self.session = ort.InferenceSession(
                 str(path), sess_options=options, providers=providers
@@ -172,18 +173,6 @@ def _encode(array: Array) -> Array:
     return np.array(flat, dtype=object).reshape(array.shape)
 
 
-def _providers(value: object) -> list[str]:
-    if isinstance(value, str) or not isinstance(value, Sequence) or not value:
-        raise ModelLoadFailed(f"onnx parameter providers must be a non-empty list, got {value!r}")
-    return [str(v) for v in value]
-
-
-def _non_negative_int(key: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ModelLoadFailed(f"onnx parameter {key} must be an integer >= 0, got {value!r}")
-    return value
-
-
 def _optimization_level(ort: Any, name: str) -> Any:
     levels = ort.GraphOptimizationLevel
     mapping = {
@@ -192,9 +181,4 @@ def _optimization_level(ort: Any, name: str) -> Any:
         "extended": levels.ORT_ENABLE_EXTENDED,
         "all": levels.ORT_ENABLE_ALL,
     }
-    if name not in mapping:
-        raise ModelLoadFailed(
-            f"onnx parameter graph_optimization_level={name!r} is not one of "
-            f"{', '.join(_OPTIMIZATION_LEVELS)}"
-        )
-    return mapping[name]
+    return mapping[name]  # one of these: OnnxParameters checked it

@@ -15,7 +15,7 @@ Parameters (model.yaml `parameters:`):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +25,8 @@ from podserve.core.errors import ModelLoadFailed
 from podserve.core.tensors import Datatype, TensorSpec
 from podserve.core.types import Array
 from podserve.runtimes.base import LoadContext, ModelAPI, Payload
+from podserve.runtimes.parameters import SklearnParameters
 
-METHODS = ("predict", "predict_proba", "decision_function", "transform")
 _DEFAULT_OUTPUT_NAMES = {
     "predict": "predict",
     "predict_proba": "probabilities",
@@ -37,6 +37,8 @@ _FEATURE_DATATYPES = (Datatype.FP32, Datatype.FP64)
 
 
 class SklearnModel(ModelAPI):
+    Parameters = SklearnParameters
+
     def __init__(self) -> None:
         super().__init__()
         self.estimator: Any = None
@@ -48,21 +50,17 @@ class SklearnModel(ModelAPI):
         self._assume_finite = True
 
     def load(self, context: LoadContext) -> None:
-        params = context.config.parameters
+        params = context.options_as(SklearnParameters)
         path = context.artifact_path
-        self.estimator = _load_estimator(path, _trusted_types(params.get("trusted_types", [])))
-        method_name = str(params.get("method", "predict"))
-        if method_name not in METHODS:
-            raise ModelLoadFailed(
-                f"sklearn parameter method={method_name!r} is not one of {', '.join(METHODS)}"
-            )
+        self.estimator = _load_estimator(path, tuple(params.trusted_types))
+        method_name = params.method
         method = getattr(self.estimator, method_name, None)
         if not callable(method):
             raise ModelLoadFailed(
                 f"{type(self.estimator).__name__} loaded from {path.name} has no {method_name}()"
             )
         self._method = method
-        self._assume_finite = bool(params.get("assume_finite", True))
+        self._assume_finite = params.assume_finite
         self._input_dtype = _estimator_float_dtype(self.estimator)
         self.inputs = self._resolve_input()
         self._input_name = self.inputs[0].name
@@ -152,14 +150,6 @@ class SklearnModel(ModelAPI):
         )
         name = _DEFAULT_OUTPUT_NAMES[method_name]
         return (TensorSpec(name, datatype, (-1, *sample.shape[1:])),)
-
-
-def _trusted_types(value: object) -> tuple[str, ...]:
-    if isinstance(value, str) or not isinstance(value, Sequence):
-        raise ModelLoadFailed(
-            f"sklearn parameter trusted_types must be a list of type names, got {value!r}"
-        )
-    return tuple(str(v) for v in value)
 
 
 def _load_estimator(path: Path, trusted: tuple[str, ...]) -> Any:

@@ -22,7 +22,7 @@ keyed by output name.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -31,12 +31,12 @@ from podserve.core.tensors import Datatype
 from podserve.core.types import Array
 from podserve.runtimes.base import LoadContext, ModelAPI, Payload
 from podserve.runtimes.custom import import_model_class
+from podserve.runtimes.parameters import TorchParameters, TorchScriptParameters
 from podserve.runtimes.safetensors_mmap import mmap_state_dict
-
-_DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 
 class _TorchModel(ModelAPI):
+    Parameters: ClassVar[type[TorchScriptParameters]] = TorchScriptParameters
     """Shared request path: numpy in, one forward under inference_mode, numpy out."""
 
     def __init__(self) -> None:
@@ -61,21 +61,16 @@ class _TorchModel(ModelAPI):
         byte_inputs = [s.name for s in self.inputs if s.datatype is Datatype.BYTES]
         if byte_inputs:
             raise ModelLoadFailed(f"model {name!r}: torch takes no BYTES inputs {byte_inputs}")
-        params = context.config.parameters
+        params = context.options_as(self.Parameters)
         try:
-            self._device = torch.device(str(params.get("device", "cpu")))
+            self._device = torch.device(params.device)
         except RuntimeError as exc:
             raise ModelLoadFailed(f"torch parameter device: {exc}") from exc
         if self._device.type == "cuda" and not torch.cuda.is_available():
             raise ModelLoadFailed(f"torch parameter device={self._device}: CUDA is not available")
-        dtype_name = str(params.get("dtype", "float32"))
-        if dtype_name not in _DTYPES:
-            raise ModelLoadFailed(
-                f"torch parameter dtype={dtype_name!r} is not one of {', '.join(_DTYPES)}"
-            )
-        self._dtype = getattr(torch, dtype_name)
-        if params.get("num_threads") is not None:
-            torch.set_num_threads(int(params["num_threads"]))
+        self._dtype = getattr(torch, params.dtype)
+        if params.num_threads is not None:
+            torch.set_num_threads(params.num_threads)
         self._torch = torch
         return torch
 
@@ -135,6 +130,8 @@ class _TorchModel(ModelAPI):
 
 
 class TorchScriptModel(_TorchModel):
+    Parameters = TorchScriptParameters
+
     def load(self, context: LoadContext) -> None:
         torch = self._configure(context)
         path = context.artifact_path
@@ -156,6 +153,8 @@ class TorchScriptModel(_TorchModel):
 
 
 class SafetensorsTorchModel(_TorchModel):
+    Parameters = TorchParameters
+
     def load(self, context: LoadContext) -> None:
         torch = self._configure(context)
         config = context.config
@@ -167,9 +166,7 @@ class SafetensorsTorchModel(_TorchModel):
         cls = import_model_class(config.model_class, context.directory)
         if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
             raise ModelLoadFailed(f"{config.model_class} is not a torch.nn.Module subclass")
-        init_kwargs = config.parameters.get("init_kwargs", {})
-        if not isinstance(init_kwargs, dict):
-            raise ModelLoadFailed(f"torch parameter init_kwargs must be a mapping: {init_kwargs!r}")
+        init_kwargs = context.options_as(TorchParameters).init_kwargs
         path = context.artifact_path
         if path.suffix != ".safetensors" or not path.is_file():
             raise ModelLoadFailed(f"runtime 'torch' needs a .safetensors artifact; got {path}")
