@@ -42,6 +42,15 @@ def _run(args: argparse.Namespace) -> int:
     rendering = render(service)
     for warning in rendering.warnings:
         print(f"warning: {warning}", file=sys.stderr)
+    # Self-check: what the API server, KEDA's webhook and the CRDs' CEL rules would say.
+    from podserve.kube.apiserver import self_check
+
+    problems = self_check(rendering.manifests)
+    for problem in problems:
+        print(f"{problem.severity.value}: {problem}", file=sys.stderr)
+    if any(p.severity.value == "error" for p in problems):
+        print("podserve render: the cluster would reject this output", file=sys.stderr)
+        return 1
     if args.format == "kustomize" and args.output is None:
         print("podserve render: --format kustomize needs -o DIR", file=sys.stderr)
         return 2

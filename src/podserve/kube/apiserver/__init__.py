@@ -6,6 +6,7 @@ and a link to its source; and the CRDs' CEL rules (`cel`)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from functools import cache
 
 from podserve.kube.apiserver.apps import check_apps
 from podserve.kube.apiserver.autoscaling import check_autoscaling
@@ -14,12 +15,14 @@ from podserve.kube.apiserver.errors import ErrorType, FieldError, Path, mapping,
 from podserve.kube.apiserver.keda import check_keda
 from podserve.kube.apiserver.policy import check_policy
 from podserve.kube.types import Manifest, Severity
+from podserve.kube.validation import CrdCatalog
 
 __all__ = [
     "ErrorType",
     "FieldError",
     "check_manifest",
     "check_manifests",
+    "self_check",
     "server_problems",
 ]
 
@@ -64,15 +67,41 @@ def check_manifests(manifests: Iterable[Manifest]) -> list[FieldError]:
     return [problem for manifest in manifests for problem in check_manifest(manifest)]
 
 
+@cache
+def _bundled() -> CrdCatalog:
+    """The shipped CRDs, parsed once per process (the HTTPRoute CRD alone is 300 kB)."""
+    return CrdCatalog.bundled()
+
+
 def server_problems(
-    manifests: Iterable[Manifest], catalog: object | None = None
+    manifests: Iterable[Manifest], catalog: CrdCatalog | None = None
 ) -> list[FieldError]:
     """API-server checks plus the CRDs' CEL rules (`catalog`: a CrdCatalog, default the
     bundled CRDs); errors first."""
     from podserve.kube.apiserver.cel import cel_errors
-    from podserve.kube.validation import CrdCatalog
 
-    chosen = catalog if isinstance(catalog, CrdCatalog) else CrdCatalog.bundled()
+    chosen = catalog if catalog is not None else _bundled()
     listed = list(manifests)
     problems = check_manifests(listed) + list(cel_errors(listed, chosen))
     return sorted(problems, key=lambda p: p.severity is not Severity.ERROR)
+
+
+def self_check(manifests: Iterable[Manifest]) -> list[FieldError]:
+    """`podserve render`'s check of its own output: the API-server checks, plus the bundled
+    CRDs' CEL rules when cel-python (the `kube` extra) is installed; without it, one warning
+    says the CEL rules were not evaluated."""
+    listed = list(manifests)
+    try:
+        import celpy  # noqa: F401
+    except ImportError:
+        skipped = FieldError(
+            "(render)",
+            "",
+            ErrorType.FORBIDDEN,
+            None,
+            "CRD CEL rules not evaluated: install podserve[kube] (cel-python)",
+            "",
+            Severity.WARNING,
+        )
+        return [*check_manifests(listed), skipped]
+    return server_problems(listed)
