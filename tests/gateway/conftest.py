@@ -67,6 +67,35 @@ def base_config(pods: Pods, **overrides: Any) -> dict[str, Any]:
         },
         "defaults": {"maxTokens": 256},
         "routing": {"scrapeIntervalMs": 50},
+        # The test machine is shared and slow: the default 45 ms would fail healthy calls.
+        "storeTimeoutMs": 3000,
     }
     config.update(overrides)
     return config
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    from tests.gateway.support import redis_server
+
+    with redis_server() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn() -> Iterator[str]:
+    from tests.gateway.support import postgres_server
+
+    with postgres_server() as dsn:
+        yield dsn
+
+
+def reset_shared_store(redis_url: str, postgres_dsn: str) -> None:
+    """Empty Redis and drop the gateway tables: each test starts from nothing."""
+    import psycopg
+    import redis
+
+    with redis.Redis.from_url(redis_url) as r:
+        r.flushall()
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS gateway_keys, gateway_ledger")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -204,8 +203,13 @@ def postgres_server() -> Iterator[str]:
         wait_until(up, timeout_s=30, what="postgres")
         yield dsn
     finally:
-        proc.send_signal(signal.SIGINT)  # fast shutdown
-        proc.wait(timeout=20)
+        # runuser does not pass signals on; pg_ctl stops the postmaster itself.
+        subprocess.run(
+            [*as_user, str(PG_BIN / "pg_ctl"), "-D", str(data / "db"), "stop", "-m", "fast"],
+            capture_output=True,
+            timeout=30,
+        )
+        proc.wait(timeout=30)
         shutil.rmtree(data, ignore_errors=True)
 
 

@@ -48,7 +48,8 @@ def test_chat_through_the_gateway_matches_the_pod(client: openai.OpenAI, pods: P
         model="tiny-lm", messages=messages, max_tokens=12, temperature=0
     )
     assert via.choices[0].message.content == same.choices[0].message.content
-    assert via.usage is not None and same.usage is not None
+    assert via.usage is not None
+    assert same.usage is not None
     assert via.usage.completion_tokens == same.usage.completion_tokens
     assert float(raw.headers["x-podserve-gateway-overhead-ms"]) >= 0
     assert raw.headers["x-podserve-gateway-upstream"] == "chat"

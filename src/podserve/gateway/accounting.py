@@ -68,6 +68,7 @@ class Accounting:
         self._mono = monotonic
         self._timeout_s = config.store_timeout_ms / 1000
         self._keys: dict[str, tuple[KeyRecord, float]] = {}
+        self._lookups: dict[str, asyncio.Future[KeyRecord | None]] = {}
         self._local = LocalBudgets(config.fail_open.replicas)
         self._rates: dict[str, Rate] = {}
         self._counters: dict[str, tokens.Counter] = {}
@@ -96,7 +97,7 @@ class Accounting:
             record: KeyRecord | None = cached[0]
         else:
             try:
-                record = await self._call(self.store.find_key(digest))
+                record = await self._lookup(digest)
             except StoreDown:
                 if cached is None or not self._config.fail_open.enabled:
                     raise
@@ -110,6 +111,16 @@ class Accounting:
         if not record.usable(self._wall()):
             raise Unauthorized("API key expired")
         return record
+
+    async def _lookup(self, digest: str) -> KeyRecord | None:
+        """One store query per key however many requests wait on it (a burst of new
+        connections would otherwise queue one lookup each)."""
+        pending = self._lookups.get(digest)
+        if pending is None:
+            pending = asyncio.ensure_future(self._call(self.store.find_key(digest)))
+            self._lookups[digest] = pending
+            pending.add_done_callback(lambda _f: self._lookups.pop(digest, None))
+        return await asyncio.shield(pending)
 
     # --- admission -------------------------------------------------------------------
     def rate(self, model: str) -> Rate:

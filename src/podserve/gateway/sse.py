@@ -1,8 +1,8 @@
 """Relay an upstream server-sent-event stream, reading the usage on the way.
 
 Events are split on the blank line that ends each one (WHATWG HTML, "server-sent
-events"). Each `data:` payload with choices counts one token per choice (text or content, even empty):
-vLLM and podserve stream one token per chunk (vllm/entrypoints/openai/serving_completion.py),
+events"). Each `data:` payload counts one token per choice (its text even if empty): vLLM
+and podserve stream one token per chunk (vllm/entrypoints/openai/serving_completion.py),
 so that is what a client that walks away has been sent. The usage chunk the gateway asked
 for (`choices: []` plus `usage`) is recorded and, when the client did not ask for it,
 dropped.

@@ -1,0 +1,151 @@
+"""Hard budgets end to end (SQLite store, real pods, openai SDK): refusal with Retry-After,
+clamping, concurrency, a cancelled stream's charge, and a crashed gateway's lease."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.gateway.conftest import Pods, base_config
+from tests.gateway.support import GatewayProcess, create_key
+from tests.support.server import wait_until
+
+# tiny-lm prices: 1 micro-dollar per prompt token, 2 per output token.
+PROMPT = "The function returns"  # 3 tokens with tiny-lm's tokenizer
+
+
+@pytest.fixture(scope="module")
+def gateway(pods: Pods, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    with GatewayProcess(base_config(pods), tmp_path_factory.mktemp("gw-budget")) as process:
+        yield process
+
+
+def _spend(gateway: GatewayProcess, by: str = "key") -> dict[str, dict[str, float]]:
+    done = gateway.cli("spend", "--by", by, "--format", "json")
+    assert done.returncode == 0, done.stderr
+    return {row[by]: row for row in json.loads(done.stdout)}
+
+
+def _key_id(gateway: GatewayProcess, team: str) -> str:
+    rows = json.loads(gateway.cli("keys", "list", "--format", "json").stdout)
+    return str(next(r["key_id"] for r in rows if r["team"] == team))
+
+
+def test_budget_refuses_with_429_and_retry_after(gateway: GatewayProcess) -> None:
+    # One request holds 3 + 2 * 10 = 23 micro-dollars; the budget covers two.
+    key = create_key(gateway.config_path, "--team", "refuse", "--budget-usd", "0.00005")
+    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=key, max_retries=0)
+    for _ in range(2):
+        client.completions.create(
+            model="tiny-lm", prompt=PROMPT, max_tokens=10, extra_body={"ignore_eos": True}
+        )
+    with pytest.raises(openai.RateLimitError) as refused:
+        client.completions.create(model="tiny-lm", prompt=PROMPT, max_tokens=10)
+    assert refused.value.response.headers["retry-after"].isdigit()
+    assert refused.value.body["type"] == "insufficient_quota"  # type: ignore[index]
+    row = _spend(gateway)[_key_id(gateway, "refuse")]
+    assert row["spend_usd"] == pytest.approx(46e-6)
+    assert row["spend_usd"] <= 50e-6
+
+
+def test_concurrent_requests_cannot_overshoot(gateway: GatewayProcess) -> None:
+    key = create_key(gateway.config_path, "--team", "burst", "--budget-usd", "0.0001")
+
+    async def one(http: httpx.AsyncClient) -> int:
+        reply = await http.post(
+            "/v1/completions",
+            json={"model": "tiny-lm", "prompt": PROMPT, "max_tokens": 10, "ignore_eos": True},
+            headers={"authorization": f"Bearer {key}"},
+        )
+        return reply.status_code
+
+    async def burst() -> list[int]:
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
+            return list(await asyncio.gather(*(one(http) for _ in range(12))))
+
+    codes = asyncio.run(burst())
+    assert codes.count(200) == 4  # 4 * 23 = 92 <= 100 < 5 * 23
+    assert codes.count(429) == 8
+    assert _spend(gateway)[_key_id(gateway, "burst")]["spend_usd"] <= 100e-6
+
+
+def test_clamp_lowers_max_tokens_to_the_budget(pods: Pods, tmp_path: Path) -> None:
+    config = base_config(pods, defaults={"maxTokens": 256, "onBudgetShort": "clamp"})
+    with GatewayProcess(config, tmp_path) as gateway:
+        key = create_key(gateway.config_path, "--budget-usd", "0.000023")
+        client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=key, max_retries=0)
+        result = client.completions.create(
+            model="tiny-lm", prompt=PROMPT, max_tokens=100, extra_body={"ignore_eos": True}
+        )
+        assert result.usage is not None
+        assert result.usage.completion_tokens == 10  # (23 - 3) / 2
+        assert result.choices[0].finish_reason == "length"
+
+
+def test_cancelled_stream_is_charged_prompt_plus_tokens_sent(gateway: GatewayProcess) -> None:
+    key = create_key(gateway.config_path, "--team", "cancel")
+    received = 0
+    with (
+        httpx.Client(base_url=gateway.url, timeout=60) as http,
+        http.stream(
+            "POST",
+            "/v1/completions",
+            json={
+                "model": "tiny-lm",
+                "prompt": PROMPT,
+                "max_tokens": 256,
+                "stream": True,
+                "ignore_eos": True,
+            },
+            headers={"authorization": f"Bearer {key}"},
+        ) as reply,
+    ):
+        for line in reply.iter_lines():
+            if line.startswith("data: {"):
+                received += 1
+            if received == 3:
+                break  # leave mid-stream: the connection closes here
+    key_id = _key_id(gateway, "cancel")
+    wait_until(lambda: key_id in _spend(gateway), timeout_s=20, what="cancel settled")
+    row = _spend(gateway)[key_id]
+    sent = int(row["completion_tokens"])
+    assert received <= sent < 256
+    assert row["prompt_tokens"] == 3
+    assert row["spend_usd"] == pytest.approx((3 + 2 * sent) / 1e6)
+
+
+def test_a_crashed_gateways_reservation_expires_and_is_charged(pods: Pods, tmp_path: Path) -> None:
+    config = base_config(pods, defaults={"maxTokens": 256, "leaseS": 1.0})
+    first = GatewayProcess(config, tmp_path).start()
+    key = create_key(first.config_path, "--team", "crash")
+    try:
+        with (
+            httpx.Client(base_url=first.url, timeout=60) as http,
+            http.stream(
+                "POST",
+                "/v1/completions",
+                json={"model": "tiny-lm", "prompt": PROMPT, "stream": True, "ignore_eos": True},
+                headers={"authorization": f"Bearer {key}"},
+            ) as reply,
+        ):
+            next(reply.iter_lines())
+            first.send_signal(signal.SIGKILL)  # dies holding the reservation
+            first.wait_exit()
+    except httpx.HTTPError:
+        pass  # the stream broke with the gateway: expected
+    finally:
+        first.stop()
+    with GatewayProcess(config, tmp_path) as second:
+        key_id = _key_id(second, "crash")
+        wait_until(lambda: key_id in _spend(second), timeout_s=20, what="lease expiry")
+        row = _spend(second)[key_id]
+    # Charged the whole reservation: prompt plus the default cap of 256.
+    assert row["completion_tokens"] == 256
+    assert row["spend_usd"] == pytest.approx((3 + 2 * 256) / 1e6)

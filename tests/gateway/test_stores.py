@@ -1,0 +1,168 @@
+"""Both stores through the same cases, with real SQLite, Redis and PostgreSQL: the
+reservation is atomic, settles to the real cost, expires as a lease, and rate windows hold."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from podserve.gateway.budget import Grant, HoldPlan, Refusal, RefusalReason, Usage
+from podserve.gateway.keys import KeyRecord, hash_key, key_id_of, new_key
+from podserve.gateway.limits import window_at
+from podserve.gateway.money import Rate
+from podserve.gateway.store.base import (
+    Dimension,
+    Hold,
+    Labels,
+    Outcome,
+    ScopeSpec,
+    Settlement,
+    Store,
+    WindowSpec,
+)
+from podserve.gateway.store.sqlite import SqliteStore
+from tests.gateway.conftest import reset_shared_store
+
+RATE = Rate.per_million_usd(*map(__import__("decimal").Decimal, ("1", "2")))  # 1000/2000 nano
+
+
+@pytest.fixture(params=["sqlite", "redis-postgres"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    if request.param == "sqlite":
+        found: Store = SqliteStore(tmp_path / "gw.db")
+    else:
+        from podserve.gateway.store.redis_postgres import RedisPostgresStore
+
+        redis_url = request.getfixturevalue("redis_url")
+        dsn = request.getfixturevalue("postgres_dsn")
+        reset_shared_store(redis_url, dsn)
+        shared = RedisPostgresStore(redis_url, dsn, timeout_s=2.0)
+        await shared.setup()
+        found = shared
+    yield found
+    await found.close()
+
+
+def _hold(
+    prompt: int,
+    max_tokens: int,
+    *,
+    limit_micro: int | None,
+    clamp: bool = False,
+    rpm: int | None = None,
+    tpm: int | None = None,
+    lease_s: float = 600.0,
+) -> Hold:
+    window = window_at(time.time())
+    return Hold(
+        reservation_id=uuid.uuid4().hex,
+        plan=HoldPlan(prompt, max_tokens, 1 if clamp else max_tokens, RATE),
+        scopes=(ScopeSpec("key:k1", limit_micro), ScopeSpec("team:t", None)),
+        rpm=()
+        if rpm is None
+        else (WindowSpec(window.counter("rpm", "k1"), "rpm:k1", rpm, window.resets_in_s),),
+        tpm=()
+        if tpm is None
+        else (WindowSpec(window.counter("tpm", "k1"), "tpm:k1", tpm, window.resets_in_s),),
+        lease_until=time.time() + lease_s,
+        labels=Labels("k1", "t", "ns", "tiny-lm"),
+    )
+
+
+def _settle(hold: Hold, prompt: int, completion: int, outcome: Outcome = Outcome.OK) -> Settlement:
+    return Settlement(
+        hold.reservation_id,
+        Usage(prompt, completion),
+        RATE.cost_micro(prompt, completion),
+        "pool",
+        outcome,
+        time.time(),
+    )
+
+
+async def test_keys_round_trip(store: Store) -> None:
+    key, digest = new_key()
+    record = KeyRecord(
+        key_id_of(digest),
+        digest,
+        "t",
+        "ns",
+        ("tiny-lm",),
+        5_000_000,
+        10,
+        None,
+        None,
+        False,
+        time.time(),
+    )
+    await store.create_key(record)
+    assert await store.find_key(hash_key(key)) == record
+    assert await store.find_key(hash_key("psk-other")) is None
+    assert [r.key_id for r in await store.list_keys()] == [record.key_id]
+    assert await store.revoke_key(record.key_id)
+    found = await store.find_key(digest)
+    assert found is not None
+    assert found.revoked
+    assert not await store.revoke_key("missing")
+
+
+async def test_reserve_refuses_what_does_not_fit_and_settles_to_usage(store: Store) -> None:
+    # 10 prompt + 100 output tokens = 10*1000 + 100*2000 nano = 210 micro-dollars.
+    first = _hold(10, 100, limit_micro=300)
+    granted = await store.reserve(first)
+    assert granted == Grant(100, 210, 110)
+    second = await store.reserve(_hold(10, 100, limit_micro=300))
+    assert isinstance(second, Refusal)
+    assert second.reason is RefusalReason.BUDGET
+    assert second.retry_after_s == 1  # a reservation is outstanding
+    assert await store.settle(_settle(first, 10, 20))  # real cost 50
+    assert not await store.settle(_settle(first, 10, 20))  # settling twice does nothing
+    assert isinstance(await store.reserve(_hold(10, 100, limit_micro=300)), Grant)
+    rows = await store.spend(Dimension.KEY)
+    assert [
+        (r.group, r.cost_micro, r.prompt_tokens, r.completion_tokens, r.requests) for r in rows
+    ] == [("k1", 50, 10, 20, 1)]
+
+
+async def test_concurrent_reservations_never_overshoot(store: Store) -> None:
+    holds = [_hold(10, 100, limit_micro=1000) for _ in range(20)]
+    results = await asyncio.gather(*(store.reserve(h) for h in holds))
+    granted = [r for r in results if isinstance(r, Grant)]
+    assert len(granted) == 4  # 4 * 210 = 840 <= 1000 < 5 * 210
+    assert sum(g.amount_micro for g in granted) <= 1000
+
+
+async def test_clamp_grants_what_the_budget_covers(store: Store) -> None:
+    granted = await store.reserve(_hold(10, 100, limit_micro=100, clamp=True))
+    # (100 * 1000 - 10 * 1000) / 2000 = 45 output tokens
+    assert granted == Grant(45, 100, 55)
+    refused = await store.reserve(_hold(10, 100, limit_micro=100, clamp=True))
+    assert isinstance(refused, Refusal)
+
+
+async def test_expired_lease_is_charged_in_full(store: Store) -> None:
+    hold = _hold(10, 100, limit_micro=1000, lease_s=-1.0)
+    assert isinstance(await store.reserve(hold), Grant)
+    assert await store.expire_leases(time.time()) == 1
+    assert not await store.settle(_settle(hold, 10, 5))  # too late: already charged
+    rows = await store.spend(Dimension.MODEL)
+    assert [(r.group, r.cost_micro, r.completion_tokens) for r in rows] == [("tiny-lm", 210, 100)]
+
+
+async def test_rpm_and_tpm_windows(store: Store) -> None:
+    assert isinstance(await store.reserve(_hold(1, 1, limit_micro=None, rpm=2)), Grant)
+    assert isinstance(await store.reserve(_hold(1, 1, limit_micro=None, rpm=2)), Grant)
+    refused = await store.reserve(_hold(1, 1, limit_micro=None, rpm=2))
+    assert isinstance(refused, Refusal)
+    assert refused.reason is RefusalReason.RPM
+    assert 1 <= refused.retry_after_s <= 60
+    first = _hold(10, 50, limit_micro=None, tpm=100)
+    assert isinstance(await store.reserve(first), Grant)  # 60 of 100 tokens held
+    assert isinstance(await store.reserve(_hold(10, 50, limit_micro=None, tpm=100)), Refusal)
+    await store.settle(_settle(first, 10, 5))  # 15 used: 45 go back to the window
+    assert isinstance(await store.reserve(_hold(10, 50, limit_micro=None, tpm=100)), Grant)
