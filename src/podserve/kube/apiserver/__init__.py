@@ -6,25 +6,97 @@ and a link to its source; and the CRDs' CEL rules (`cel`)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from functools import cache
 
 from podserve.kube.apiserver.apps import check_apps
 from podserve.kube.apiserver.autoscaling import check_autoscaling
 from podserve.kube.apiserver.core import check_pod_spec
-from podserve.kube.apiserver.errors import ErrorType, FieldError, Path, mapping, object_label
+from podserve.kube.apiserver.errors import (
+    APPS_VALIDATION,
+    AUTOSCALING_VALIDATION,
+    CEL_VALIDATION,
+    CORE_VALIDATION,
+    KEDA_WEBHOOK,
+    KUBELET_PROBER,
+    POLICY_VALIDATION,
+    ErrorType,
+    FieldError,
+    Path,
+    mapping,
+    object_label,
+)
 from podserve.kube.apiserver.keda import check_keda
 from podserve.kube.apiserver.policy import check_policy
 from podserve.kube.types import Manifest, Severity
 from podserve.kube.validation import CrdCatalog
 
 __all__ = [
+    "PORTED_CHECKS",
     "ErrorType",
     "FieldError",
+    "PortedCheck",
     "check_manifest",
     "check_manifests",
     "self_check",
     "server_problems",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class PortedCheck:
+    """One ported check, for the generated docs (docs/lint-rules.md)."""
+
+    kinds: str
+    what: str
+    message: str  # the server's words (the value part shown as <value>)
+    source: str
+
+
+PORTED_CHECKS: tuple[PortedCheck, ...] = (
+    PortedCheck("pods, pod templates", "extended resource (GPU, MIG) is a whole number",
+                "resources.limits[nvidia.com/gpu]: Invalid value: 500m: must be an integer",
+                CORE_VALIDATION),
+    PortedCheck("pods, pod templates", "extended resource request equals its limit",
+                'resources.requests: Invalid value: "1": must be equal to nvidia.com/gpu '
+                "limit of 2", CORE_VALIDATION),
+    PortedCheck("pods, pod templates", "extended resource request has a limit",
+                "resources.limits: Required value: Limit must be set for non overcommitable "
+                "resources", CORE_VALIDATION),
+    PortedCheck("pods, pod templates", "container port names are IANA_SVC_NAME and unique",
+                'ports[0].name: Invalid value: "http-metrics-port": must be no more than 15 '
+                "characters", CORE_VALIDATION),
+    PortedCheck("pods, pod templates", "probe port names are IANA_SVC_NAME",
+                'readinessProbe.httpGet.port: Invalid value: "<name>": must be no more than '
+                "15 characters", CORE_VALIDATION),
+    PortedCheck("pods, pod templates", "probe names a port its container declares (warning: "
+                "accepted, fails at run time)", "port <name> not found", KUBELET_PROBER),
+    PortedCheck("Deployment, ReplicaSet, StatefulSet, DaemonSet", "selector matches the "
+                "template labels, and is not empty",
+                "spec.template.metadata.labels: Invalid value: <labels>: `selector` does not "
+                "match template `labels`", APPS_VALIDATION),
+    PortedCheck("Deployment", "maxSurge and maxUnavailable not both 0 (after the 25% "
+                "defaults); Recreate takes no rollingUpdate",
+                "spec.strategy.rollingUpdate.maxUnavailable: Invalid value: 0: may not be 0 "
+                "when `maxSurge` is 0", APPS_VALIDATION),
+    PortedCheck("DaemonSet", "exactly one of maxSurge and maxUnavailable is non-zero",
+                "spec.updateStrategy.rollingUpdate.maxUnavailable: Required value: cannot be "
+                "0 when maxSurge is 0", APPS_VALIDATION),
+    PortedCheck("PodDisruptionBudget", "minAvailable and maxUnavailable are exclusive",
+                "spec: Invalid value: <spec>: minAvailable and maxUnavailable cannot be both "
+                "set", POLICY_VALIDATION),
+    PortedCheck("HorizontalPodAutoscaler v2, ScaledObject behavior", "stabilization windows "
+                "0..3600 s, policy periods 1..1800 s, replica bounds",
+                "spec.behavior.scaleDown.stabilizationWindowSeconds: Invalid value: 3601: must "
+                "be less than or equal to 3600", AUTOSCALING_VALIDATION),
+    PortedCheck("ScaledObject (KEDA webhook)", "minReplicaCount ≤ maxReplicaCount, idle < "
+                "min, fallback not on cpu/memory",
+                'admission webhook "vscaledobject.kb.io" denied the request: MinReplicaCount=5 '
+                "must be less than MaxReplicaCount=3", KEDA_WEBHOOK),
+    PortedCheck("custom resources", "the CRD's CEL rules (x-kubernetes-validations), after "
+                "defaulting, self per node, transition rules skipped on create",
+                'spec.rules[0]: Invalid value: "object": <the rule\'s message>', CEL_VALIDATION),
+)  # fmt: skip
 
 
 def _pod(manifest: Manifest) -> Iterator[FieldError]:

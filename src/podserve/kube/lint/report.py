@@ -126,6 +126,7 @@ def rules_markdown(rules: Sequence[Rule]) -> str:
         "|---|---|---|",
     ]
     out += [f"| [`{r.id}`](#{r.id}) | {r.severity.value} | {r.title} |" for r in rules]
+    out += _strict_markdown()
     for rule in rules:
         out += [
             "",
@@ -142,3 +143,36 @@ def rules_markdown(rules: Sequence[Rule]) -> str:
 
 def rules_text(rules: Sequence[Rule]) -> str:
     return "".join(f"{r.id:32} {r.severity.value:8} {r.title}\n" for r in rules)
+
+
+def _strict_markdown() -> list[str]:
+    from podserve.kube.apiserver import PORTED_CHECKS
+    from podserve.kube.lint.strict import STRICT_RULES
+    from podserve.kube.validation import KUBERNETES_VERSIONS
+
+    out = [
+        "",
+        "## `--strict`: what the cluster would say",
+        "",
+        "`podserve lint --strict` first runs what the cluster itself checks, as findings of "
+        "three more rules: "
+        + "; ".join(f"`{r.id}`: {r.title}" for r in STRICT_RULES)
+        + f". Schemas: Kubernetes {', '.join(KUBERNETES_VERSIONS)} and the bundled CRDs "
+        "(`--crd-dir DIR` adds more). Warnings fail too under `--strict`. `podserve render` "
+        "runs the API-server checks and the CEL rules on its own output and writes nothing "
+        "the cluster would reject.",
+        "",
+        "| objects | check | the server's message | source |",
+        "|---|---|---|---|",
+    ]
+    out += [
+        f"| {c.kinds} | {c.what} | {_code(c.message)} | [{c.source.rsplit('/', 1)[-1]}]"
+        f"({c.source}) |"
+        for c in PORTED_CHECKS
+    ]
+    return out
+
+
+def _code(text: str) -> str:
+    """A Markdown code span, with double backticks when the text holds one."""
+    return f"`` {text} ``" if "`" in text else f"`{text}`"

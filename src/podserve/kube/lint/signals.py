@@ -8,7 +8,10 @@ Device memory comes from names, never from a guess: a MIG profile names its memo
 and Karpenter's `karpenter.k8s.aws/instance-gpu-memory` are MiB per GPU
 (NVIDIA/k8s-device-plugin docs/gpu-feature-discovery; aws/karpenter-provider-aws
 pkg/apis/v1/labels.go); GFD product names and GKE accelerator types carry the size
-(`NVIDIA-A100-SXM4-80GB`, `nvidia-a100-80gb`), and the few that do not are in a table."""
+(`NVIDIA-A100-SXM4-80GB`, `nvidia-a100-80gb`), and the few that do not are in a table.
+A nominal "80GB" or "10gb" is read as GiB: what the devices really report is at or just
+below that (an A100 80GB has 81920 MiB, an A100-80GB 1g.10gb slice 9728 MiB), so a misfit
+the rules report is real; one within a few percent of the limit may pass."""
 
 from __future__ import annotations
 
@@ -26,15 +29,16 @@ GENERATIVE = "podserve.dev/generative"  # "true" for token-generating models
 KV_CACHE = "podserve.dev/kv-cache-size"  # KV cache at the serving caps, a quantity
 
 GIB = Decimal(2) ** 30
-GB = Decimal(10) ** 9
 MIB = Decimal(2) ** 20
 
 _MIG_NAME = re.compile(r"(?:^|[-/.])(?:mig-)?(\d+)g\.(\d+)gb", re.IGNORECASE)
 _SIZE_IN_NAME = re.compile(r"(\d+)\s*GB", re.IGNORECASE)
-# GFD product or GKE accelerator names without the memory in them (NVIDIA data sheets).
+# GFD product or GKE accelerator names without the memory in them, nominal GB from NVIDIA's
+# data sheets (GKE's `nvidia-tesla-a100` is the 40 GB A2 standard; providers.md §2). Karpenter
+# reports 22888 MiB for A10G and L4: below the nominal 24, so these never over-report.
 _KNOWN_GB = {
     "tesla-t4": 16, "nvidia-l4": 24, "l4": 24, "a10g": 24, "nvidia-a10": 24, "a10": 24,
-    "l40s": 48, "nvidia-tesla-a100": 40, "tesla-v100": 16, "nvidia-b200": 180,
+    "l40s": 48, "nvidia-tesla-a100": 40,
 }  # fmt: skip
 _KARPENTER_MEMORY = "karpenter.k8s.aws/instance-gpu-memory"
 _GFD_MEMORY = "nvidia.com/gpu.memory"
@@ -61,14 +65,14 @@ def model_size_bytes(pod: PodView) -> Decimal | None:
 def _memory_from_name(name: str) -> Decimal | None:
     mig = _MIG_NAME.search(name)
     if mig:
-        return Decimal(mig[2]) * GB
+        return Decimal(mig[2]) * GIB
     sized = _SIZE_IN_NAME.search(name)
     if sized:
-        return Decimal(sized[1]) * GB
+        return Decimal(sized[1]) * GIB
     lowered = name.lower()
     for key, gb in _KNOWN_GB.items():
         if lowered.endswith(key):
-            return Decimal(gb) * GB
+            return Decimal(gb) * GIB
     return None
 
 
