@@ -643,3 +643,26 @@ def test_kubernetes_guide_has_a_section_per_provider_and_the_cold_start_warning(
         assert label in guide
     assert "Requests that arrive during a cold start fail" in guide
     assert "Keep `replicas.min: 1` for\ninteractive paths" in guide
+
+
+def test_grpc_is_offered_per_pod_not_through_kube_proxy() -> None:
+    manifests = render(load_example(LLM)).manifests
+    main = find(manifests, "Service", "llama")["spec"]
+    assert [p["name"] for p in main["ports"]] == ["http"]
+    grpc = find(manifests, "Service", "llama-grpc")["spec"]
+    assert grpc["clusterIP"] == "None"
+    assert grpc["ports"][0]["port"] == c.GRPC_PORT
+    assert grpc["ports"][0]["appProtocol"] == "kubernetes.io/h2c"
+
+
+def test_credentials_that_leave_no_trace_are_declared_to_lint() -> None:
+    dev = find(render(load_example(DEV)).manifests, "Deployment", "dev-chat")
+    annotations = dev["metadata"]["annotations"]
+    assert annotations[c.LINT_IGNORE] == "fetch-without-credentials"
+    assert "model.public" in annotations[c.LINT_IGNORE_REASON]
+    pod_identity = edit(load_example(CPU), credentials={"eksPodIdentity": True})
+    deployment = find(render(pod_identity).manifests, "Deployment", "fraud-score")
+    assert "EKS Pod Identity" in deployment["metadata"]["annotations"][c.LINT_IGNORE_REASON]
+    # Gated: nothing is silenced.
+    llama = find(render(load_example(LLM)).manifests, "Deployment", "llama")
+    assert c.LINT_IGNORE not in llama["metadata"].get("annotations", {})

@@ -227,7 +227,8 @@ def test_hpa_path_uses_a_pods_metric_and_an_adapter_rule() -> None:
 
 
 def test_ttft_uses_value_for_keda_and_adapter_quantile_for_hpa() -> None:
-    mig = render(load_example(MIG)).manifests
+    scaling = {"engine": "hpa", "metric": "ttft-p95", "target": "2"}
+    mig = render(with_spec(load_example(MIG), autoscaling=scaling)).manifests
     hpa = find(mig, "HorizontalPodAutoscaler")
     assert hpa["spec"]["metrics"][0]["pods"]["metric"]["name"] == "podserve_ttft_p95_seconds"
     assert (

@@ -62,6 +62,13 @@ class Credentials(_Spec):
         "(`azure.workload.identity/client-id`; pods get `azure.workload.identity/use`).",
     )
 
+    eks_pod_identity: bool = Field(
+        False,
+        description="An EKS Pod Identity association gives the ServiceAccount an IAM role: "
+        "nothing in the manifest shows it, so this tells `podserve lint` the fetch is "
+        "credentialed.",
+    )
+
     def service_account_annotations(self) -> dict[str, str]:
         result = {}
         if self.aws_role_arn:

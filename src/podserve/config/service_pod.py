@@ -66,6 +66,11 @@ class ModelSource(_Spec):
         False,
         description="Token-generating model: enables TTFT alerts and the ttft-p95 metric.",
     )
+    public: bool = Field(
+        False,
+        description="The source needs no credentials (a public repository, bucket or URL): "
+        "says so to `podserve lint` (fetch-without-credentials) instead of a Secret.",
+    )
 
 
 class Image(_Spec):

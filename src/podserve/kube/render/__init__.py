@@ -21,7 +21,13 @@ from podserve.kube.render.support import (
 )
 from podserve.kube.render.traffic import http_route, inference_pool
 from podserve.kube.render.variant import variants
-from podserve.kube.render.workload import headless_service, pdb, service_object, workload
+from podserve.kube.render.workload import (
+    grpc_service,
+    headless_service,
+    pdb,
+    service_object,
+    workload,
+)
 from podserve.kube.types import Manifest
 
 __all__ = ["Rendering", "render"]
@@ -50,6 +56,7 @@ def render(service: ModelService) -> Rendering:
     for variant in all_variants:
         objects.append(workload(service, variant, plan))
         objects.append(service_object(service, variant))
+        objects.append(grpc_service(service, variant))
         if spec.workload == "StatefulSet":
             objects.append(headless_service(service, variant))
         objects.append(pdb(service, variant))

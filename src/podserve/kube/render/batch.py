@@ -9,7 +9,7 @@ from typing import Any
 
 from podserve.config.model_service import BatchJob, ModelService
 from podserve.kube.plan import Plan
-from podserve.kube.render.checkov import checkov_skips, fetch_pod_reasons
+from podserve.kube.render.checkov import checkov_skips, fetch_lint_ignores, fetch_pod_reasons
 from podserve.kube.render.placement import (
     gpu_tolerations,
     node_affinity,
@@ -99,6 +99,10 @@ def _job_spec(service: ModelService, plan: Plan, job: BatchJob) -> dict[str, Any
     return body
 
 
+def _annotations(service: ModelService) -> dict[str, str]:
+    return {**checkov_skips(fetch_pod_reasons(service)), **fetch_lint_ignores(service)}
+
+
 def batch_objects(service: ModelService, plan: Plan) -> list[Manifest]:
     result: list[Manifest] = []
     for job in service.spec.batch:
@@ -108,9 +112,7 @@ def batch_objects(service: ModelService, plan: Plan) -> list[Manifest]:
                 {
                     "apiVersion": "batch/v1",
                     "kind": "Job",
-                    "metadata": metadata(
-                        service, name, "batch", None, checkov_skips(fetch_pod_reasons(service))
-                    ),
+                    "metadata": metadata(service, name, "batch", None, _annotations(service)),
                     "spec": _job_spec(service, plan, job),
                 }
             )
@@ -119,9 +121,7 @@ def batch_objects(service: ModelService, plan: Plan) -> list[Manifest]:
                 {
                     "apiVersion": "batch/v1",
                     "kind": "CronJob",
-                    "metadata": metadata(
-                        service, name, "batch", None, checkov_skips(fetch_pod_reasons(service))
-                    ),
+                    "metadata": metadata(service, name, "batch", None, _annotations(service)),
                     "spec": {
                         "schedule": job.schedule,
                         "concurrencyPolicy": "Forbid",

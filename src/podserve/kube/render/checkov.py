@@ -1,4 +1,6 @@
-"""checkov's own suppression annotations (`checkov.io/skipN: <check>=<reason>`,
+"""Suppressions with their reasons, for checkov and for `podserve lint`.
+
+checkov's own suppression annotations (`checkov.io/skipN: <check>=<reason>`,
 bridgecrewio/checkov docs/2.Basics/Suppressing and Skipping Policies.md), each with the
 reason the check does not apply, so a scan of the rendered output lists every skip with
 its why and fails on anything else (docs/kubernetes.md, "checkov")."""
@@ -6,6 +8,7 @@ its why and fails on anything else (docs/kubernetes.md, "checkov")."""
 from __future__ import annotations
 
 from podserve.config.model_service import ModelService
+from podserve.kube import conventions as c
 
 OWNER_STEP = (
     "CHOWN is the only capability, added to the root cache-owner init step: the kubelet "
@@ -22,6 +25,22 @@ def checkov_skips(reasons: dict[str, str]) -> dict[str, str]:
         f"checkov.io/skip{index}": f"{check}={reason}"
         for index, (check, reason) in enumerate(sorted(reasons.items()), start=1)
     }
+
+
+def fetch_lint_ignores(service: ModelService) -> dict[str, str]:
+    """`podserve lint` ignores the spec declares with a reason: a public model or an EKS
+    Pod Identity association leave no credential in the manifest (lint's
+    fetch-without-credentials)."""
+    spec = service.spec
+    creds = spec.credentials
+    reason = None
+    if spec.model.public and (spec.canary is None or spec.canary.model.public):
+        reason = "model.public in the ModelService: the source needs no credentials"
+    elif creds is not None and creds.eks_pod_identity:
+        reason = "credentials.eksPodIdentity: an EKS Pod Identity association holds the role"
+    if reason is None:
+        return {}
+    return {c.LINT_IGNORE: "fetch-without-credentials", c.LINT_IGNORE_REASON: reason}
 
 
 def fetch_pod_reasons(service: ModelService) -> dict[str, str]:

@@ -10,7 +10,7 @@ from typing import Any
 from podserve.config.model_service import ModelService
 from podserve.kube import conventions as c
 from podserve.kube.plan import Plan
-from podserve.kube.render.checkov import checkov_skips, fetch_pod_reasons
+from podserve.kube.render.checkov import checkov_skips, fetch_lint_ignores, fetch_pod_reasons
 from podserve.kube.render.placement import (
     gpu_affinity,
     gpu_tolerations,
@@ -134,7 +134,7 @@ def prepull_daemonset(service: ModelService) -> Manifest:
             name,
             "prepull",
             None,
-            checkov_skips(skips),
+            {**checkov_skips(skips), **fetch_lint_ignores(service)},
         ),
         "spec": {
             "selector": {

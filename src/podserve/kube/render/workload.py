@@ -8,7 +8,7 @@ from typing import Any
 from podserve.config.model_service import ModelService
 from podserve.kube import conventions as c
 from podserve.kube.plan import STARTUP_PERIOD_S, Plan, startup_failure_threshold
-from podserve.kube.render.checkov import checkov_skips, fetch_pod_reasons
+from podserve.kube.render.checkov import checkov_skips, fetch_lint_ignores, fetch_pod_reasons
 from podserve.kube.render.pod import serving_pod_template
 from podserve.kube.render.variant import Variant, metadata
 from podserve.kube.types import Manifest
@@ -38,7 +38,7 @@ def _claim_template(service: ModelService) -> dict[str, Any]:
 def workload(service: ModelService, variant: Variant, plan: Plan) -> Manifest:
     spec = service.spec
     kind = spec.workload
-    annotations = checkov_skips(fetch_pod_reasons(service))
+    annotations = {**checkov_skips(fetch_pod_reasons(service)), **fetch_lint_ignores(service)}
     if plan.spare_gpu and spec.gpu.count:
         annotations[c.SPARE_GPU] = "true"
     body: dict[str, Any] = {}
@@ -90,13 +90,6 @@ def service_object(service: ModelService, variant: Variant) -> Manifest:
                 "protocol": "TCP",
                 "appProtocol": "http",
             },
-            {
-                "name": "grpc",
-                "port": c.GRPC_PORT,
-                "targetPort": "grpc",
-                "protocol": "TCP",
-                "appProtocol": "kubernetes.io/h2c",
-            },
         ],
     }
     return {
@@ -104,6 +97,33 @@ def service_object(service: ModelService, variant: Variant) -> Manifest:
         "kind": "Service",
         "metadata": metadata(service, variant.name, "server", variant.track),
         "spec": spec,
+    }
+
+
+def grpc_service(service: ModelService, variant: Variant) -> Manifest:
+    """gRPC gets a headless Service: kube-proxy balances connections, not requests, and a
+    gRPC client multiplexes every call over one long-lived HTTP/2 connection, so through a
+    ClusterIP each client would pin all its calls to one pod (kubernetes.io blog, "gRPC Load
+    Balancing on Kubernetes without Tears"). With the pods' addresses in DNS, clients
+    balance per call (`dns:///<name>-grpc.<namespace>:8001` with round_robin), or an L7
+    GRPCRoute does it for them."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(service, f"{variant.name}-grpc", "server", variant.track),
+        "spec": {
+            "clusterIP": "None",
+            "selector": variant.selector(service),
+            "ports": [
+                {
+                    "name": "grpc",
+                    "port": c.GRPC_PORT,
+                    "targetPort": "grpc",
+                    "protocol": "TCP",
+                    "appProtocol": "kubernetes.io/h2c",
+                }
+            ],
+        },
     }
 
 
