@@ -1,0 +1,102 @@
+"""Routing end to end: weighted pool split, fallback to the hosted stand-in when the pool is
+down, and retries within the budget when a pod answers 503."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.gateway.conftest import Pods, base_config
+from tests.gateway.support import GatewayProcess, create_key, free_port
+
+BODY = {"model": "tiny-lm", "prompt": "The function returns", "max_tokens": 2}
+
+
+class _Overloaded(BaseHTTPRequestHandler):
+    """A pod that is ready but sheds every request with 503 (what podserve does when its
+    queue is full). A stand-in: a real pod cannot be held in that state on demand."""
+
+    def do_GET(self) -> None:
+        body = b"" if self.path == "/metrics" else b"{}"
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length", "0")))
+        body = b'{"error": "queue full"}'
+        self.send_response(503)
+        self.send_header("content-length", str(len(body)))
+        self.send_header("content-type", "application/json")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def overloaded() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Overloaded)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def _upstreams(gateway: GatewayProcess, key: str, count: int) -> list[tuple[int, str]]:
+    out = []
+    with httpx.Client(base_url=gateway.url, timeout=60) as http:
+        for _ in range(count):
+            reply = http.post("/v1/completions", json=BODY,
+                              headers={"authorization": f"Bearer {key}"})
+            out.append((reply.status_code, reply.headers.get("x-podserve-gateway-upstream", "")))
+    return out
+
+
+def test_weighted_split_between_pools(pods: Pods, tmp_path: Path) -> None:
+    config = base_config(pods, pools=[
+        {"name": "stable", "models": ["tiny-lm"], "endpoints": [pods.a.url], "weight": 3},
+        {"name": "canary", "models": ["tiny-lm"], "endpoints": [pods.b.url], "weight": 1},
+    ])
+    with GatewayProcess(config, tmp_path) as gateway:
+        key = create_key(gateway.config_path)
+        seen = _upstreams(gateway, key, 8)
+    assert [code for code, _ in seen] == [200] * 8
+    assert sorted(u for _, u in seen) == ["canary"] * 2 + ["stable"] * 6
+
+
+def test_pool_down_falls_back_to_the_hosted_upstream(pods: Pods, tmp_path: Path) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: /ready fails
+    config = base_config(pods, pools=[
+        {"name": "chat", "models": ["tiny-lm"], "endpoints": [dead], "weight": 100},
+    ])
+    with GatewayProcess(config, tmp_path, env={"HOSTED_API_KEY": "sk-test"}) as gateway:
+        key = create_key(gateway.config_path)
+        seen = _upstreams(gateway, key, 3)
+    assert seen == [(200, "hosted")] * 3
+
+
+def test_retries_on_503_stay_within_the_budget(
+    pods: Pods, overloaded: str, tmp_path: Path
+) -> None:
+    config = base_config(pods, fallbacks=[], pools=[
+        {"name": "chat", "models": ["tiny-lm"], "endpoints": [overloaded, pods.a.url]},
+    ])
+    with GatewayProcess(config, tmp_path) as gateway:
+        key = create_key(gateway.config_path)
+        seen = _upstreams(gateway, key, 30)
+        retries = gateway.metric("podserve_gateway_retries_total")
+    codes = [code for code, _ in seen]
+    assert set(codes) <= {200, 503}
+    assert codes.count(200) >= 25  # the breaker takes the shedding pod out
+    assert retries <= 30 * 0.2
+    # A 503 reached the client only when the retry budget had nothing left.
+    assert codes.count(503) + retries >= 1
