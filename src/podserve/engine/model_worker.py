@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from dataclasses import dataclass
 from functools import partial
 
@@ -40,6 +41,7 @@ from podserve.core.errors import (
 )
 from podserve.core.tensors import InferRequest, InferResponse, TensorSpec
 from podserve.core.triton import ModelStatistics
+from podserve.engine.request_state import RequestState, RequestTrack
 from podserve.engine.stats import StatsRecorder
 from podserve.engine.threads import WorkerThreads
 from podserve.obs.metrics import ModelMetrics
@@ -63,19 +65,16 @@ class _Pending:
     request: InferRequest
     future: asyncio.Future[InferResponse]
     rows: int
-    enqueued_s: float
+    track: RequestTrack  # QUEUED → STAGED → RUNNING → DONE | EXPIRED | ABANDONED
     expiry: asyncio.TimerHandle | None = None
-    # Set on the loop when the caller leaves after the batch was handed to a thread; the
-    # thread skips the request if the batch has not started (a benign race otherwise).
-    abandoned: bool = False
 
 
 @dataclass(slots=True, eq=False)
 class _Batch:
     items: list[_Pending]
     # Staged behind a busy instance (not handed to an idle one). Until the worker thread
-    # starts it (`started`), its requests still wait: they count in the queue depth and
-    # against the queue bound, and their deadlines still apply.
+    # starts it, its requests still wait: they count in the queue depth and against the
+    # queue bound, and their deadlines still apply.
     staged: bool
     started: bool = False
 
@@ -135,13 +134,19 @@ class ModelWorker:
         self._pressure = QueuePressure(limits.ready_high_watermark, limits.ready_low_watermark)
         self.last_device_error: str | None = None
         self.stats = StatsRecorder()  # Triton-style statistics (engine/stats.py)
+        # Serialises the moves of staged requests between the loop (abandon, expire) and
+        # the worker thread (start); uncontended except at a batch's start.
+        self._moves = threading.Lock()
 
     # --- state the lifecycle and metrics read ----------------------------------------
     @property
     def queue_depth(self) -> int:
         """Requests waiting: queued, or in a staged batch that has not started."""
         staged = sum(
-            not p.abandoned for b in self._batches if b.staged and not b.started for p in b.items
+            p.track.state is RequestState.STAGED
+            for b in self._batches
+            if b.staged and not b.started
+            for p in b.items
         )
         return len(self._policy) + staged
 
@@ -194,7 +199,8 @@ class ModelWorker:
         key = self._next_key
         self._next_key += 1
         now = self._clock.now_s()
-        pending = _Pending(key, request, self._loop.create_future(), rows, now)
+        track = RequestTrack(enqueued_s=now, deadline_s=request.deadline_s)
+        pending = _Pending(key, request, self._loop.create_future(), rows, track)
         if request.deadline_s is not None:
             pending.expiry = self._loop.call_later(request.deadline_s - now, self._expire, key)
         self._pending[key] = pending
@@ -243,20 +249,25 @@ class ModelWorker:
         return max(rows, 1)
 
     def _expire(self, key: int) -> None:
-        staged = self._dispatched.get(key)
-        if staged is not None:
-            pending, job = staged
-            if job.started or not job.staged or pending.abandoned:
-                return  # computing: the result stands (the thread checked the deadline)
-            pending.abandoned = True  # the thread will skip it
+        now = self._clock.now_s()
+        dispatched = self._dispatched.get(key)
+        if dispatched is not None:
+            pending, job = dispatched
+            if not job.staged:
+                return  # on an idle thread: it checks the deadline when it starts
+            with self._moves:  # the thread may be starting this batch right now
+                if not pending.track.expire(now):
+                    return  # started first: it is computing, its result stands
         else:
             queued = self._pending.pop(key, None)
             if queued is None or not self._policy.remove(key):
                 return
             pending = queued
+            if not pending.track.expire(now):
+                return
         self._queue_changed()
         if not pending.future.done():
-            waited_ms = (self._clock.now_s() - pending.enqueued_s) * 1000
+            waited_ms = pending.track.waited_s(now) * 1000
             pending.future.set_exception(
                 DeadlineExceeded(
                     f"request deadline passed after {waited_ms:.0f} ms in the queue; not computed"
@@ -266,11 +277,13 @@ class ModelWorker:
     def _abandon(self, key: int) -> None:
         dispatched = self._dispatched.get(key)
         if dispatched is not None:
-            dispatched[0].abandoned = True
+            with self._moves:  # a staged request leaves; a running one finishes, dropped
+                dispatched[0].track.abandon()
             self._queue_changed()
             return
         pending = self._pending.pop(key, None)
         if pending is not None and self._policy.remove(key):
+            pending.track.abandon()
             if pending.expiry is not None:
                 pending.expiry.cancel()
             self._queue_changed()
@@ -308,6 +321,7 @@ class ModelWorker:
             if pending.expiry is not None and not staged:
                 pending.expiry.cancel()
             if not pending.future.done():
+                pending.track.stage()
                 batch.append(pending)
         if not batch:
             return
@@ -364,6 +378,8 @@ class ModelWorker:
             if isinstance(outcome, DeviceError):
                 device_failed = True
                 self.last_device_error = outcome.message
+            if pending.track.state is RequestState.RUNNING:
+                pending.track.finish()
             if pending.future.done() or outcome is None:
                 continue
             if isinstance(outcome, PodserveError):
@@ -383,29 +399,29 @@ class ModelWorker:
 
     # --- the worker thread -----------------------------------------------------------
     def _execute(self, job: _Batch) -> _BatchRun:
-        job.started = True
-        if job.staged:  # its requests stop waiting: let the readiness pressure know now
-            with contextlib.suppress(RuntimeError):  # the loop closed: the process exits
-                self._loop.call_soon_threadsafe(self._queue_changed)
         batch = job.items
         started = self._clock.now_s()
         outcomes: list[Outcome | None] = [None] * len(batch)
         run: list[int] = []
         queue_s = 0.0
-        for i, pending in enumerate(batch):
-            if pending.abandoned:
-                continue
-            deadline = pending.request.deadline_s
-            if deadline is not None and started >= deadline:
-                waited_ms = (started - pending.enqueued_s) * 1000
-                outcomes[i] = DeadlineExceeded(
-                    f"request deadline passed after {waited_ms:.0f} ms waiting for the "
-                    "model; not computed"
-                )
-                continue
+        with self._moves:  # against the loop abandoning or expiring a staged request
+            job.started = True
+            starts = [pending.track.start(started) for pending in batch]
+        if job.staged:  # its requests stop waiting: let the readiness pressure know now
+            with contextlib.suppress(RuntimeError):  # the loop closed: the process exits
+                self._loop.call_soon_threadsafe(self._queue_changed)
+        for i, (pending, starting) in enumerate(zip(batch, starts, strict=True)):
+            waited_s = pending.track.waited_s(started)
+            if not starting:
+                if pending.track.state is RequestState.EXPIRED:
+                    outcomes[i] = DeadlineExceeded(
+                        f"request deadline passed after {waited_s * 1000:.0f} ms waiting for "
+                        "the model; not computed"
+                    )
+                continue  # abandoned: nobody waits for it
             run.append(i)
-            self._metrics.queue_wait.observe(started - pending.enqueued_s)
-            queue_s += started - pending.enqueued_s
+            self._metrics.queue_wait.observe(waited_s)
+            queue_s += waited_s
         phases = PhaseTimes()
         if run:
             results = run_batch(

@@ -77,3 +77,7 @@ class WorkerThreads:
             except RuntimeError:
                 # The loop closed while this call ran (process exiting): nobody waits.
                 log.debug("event loop closed before a model call finished")
+            # Let the finished call go now, not when the next one arrives: its requests'
+            # inputs may be views of a client's shared-memory region, which stays mapped
+            # while they live.
+            del item, job, done, result, error
