@@ -41,6 +41,10 @@ def metrics_in(query: str) -> set[str]:
     stripped = re.sub(r"\{[^}]*\}", "{}", query)
     stripped = re.sub(r"\[[^\]]*\]", "[]", stripped)
     stripped = re.sub(r'"[^"]*"', '""', stripped)
+    # Label lists of aggregations and vector matching name labels, not metrics.
+    stripped = re.sub(
+        r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", stripped
+    )
     return {m for m in _METRIC.findall(stripped) if m not in _FUNCTIONS and not m.isdigit()}
 
 

@@ -1,0 +1,279 @@
+"""Semantics of the issue-11 rules beyond their two fixtures: defaults the cluster applies,
+the signals each rule accepts as proof, and the cases each rule must leave alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from podserve.kube.lint import ALL_RULES, lint_documents
+from podserve.kube.lint.rules.wake import metrics_in
+from podserve.kube.yamlio import parse_documents
+
+
+def found(text: str, rule_id: str) -> list[str]:
+    documents = parse_documents(text, "test.yaml")
+    return [
+        f.message for f in lint_documents(documents, ALL_RULES).findings if f.rule_id == rule_id
+    ]
+
+
+def deployment(pod: str = "", *, annotations: str = "{}", replicas: int = 1) -> str:
+    return f"""
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: llm, namespace: ml}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: llm}}}}
+  template:
+    metadata: {{labels: {{app: llm}}, annotations: {annotations}}}
+    spec:
+{pod or "      containers: [{name: server, image: ghcr.io/acme/server:1.2.0}]"}
+"""
+
+
+def scaled(triggers: str, extra: str = "") -> str:
+    return f"""
+---
+apiVersion: keda.sh/v1alpha1
+kind: ScaledObject
+metadata: {{name: llm, namespace: ml}}
+spec:
+  scaleTargetRef: {{name: llm}}
+{extra}
+  triggers:
+{triggers}
+"""
+
+
+UPSTREAM = (
+    '    - {type: prometheus, metadata: {serverAddress: "http://p:9090", '
+    'query: "sum(rate(envoy_cluster_upstream_rq_total[1m]))", threshold: "5"}}'
+)
+CRON = (
+    '    - {type: cron, metadata: {timezone: UTC, start: "0 7 * * *", end: "0 19 * * *", '
+    'desiredReplicas: "1"}}'
+)
+
+
+def test_promql_metric_names() -> None:
+    query = (
+        'sum(rate(envoy_cluster_upstream_rq_total{envoy_cluster_name=~"a.*"}[1m])) '
+        "+ sum by (x) (rate(envoy_cluster_upstream_cx_none_healthy[5m]))"
+    )
+    assert metrics_in(query) == {
+        "envoy_cluster_upstream_rq_total",
+        "envoy_cluster_upstream_cx_none_healthy",
+    }
+    assert metrics_in("vllm:num_requests_waiting") == {"vllm:num_requests_waiting"}
+
+
+def test_activation_defaults_and_independent_triggers() -> None:
+    # KEDA's minReplicaCount defaults to 0: an omitted floor can go to zero.
+    assert found(scaled(UPSTREAM), "activation-metric-needs-endpoints")
+    # A cron window or a floor of one wakes (or never sleeps) whatever the metric.
+    assert not found(scaled(f"{UPSTREAM}\n{CRON}"), "activation-metric-needs-endpoints")
+    assert not found(scaled(UPSTREAM, "  minReplicaCount: 1"), "activation-metric-needs-endpoints")
+    queue = '    - {type: rabbitmq, metadata: {queueName: jobs, mode: QueueLength, value: "5"}}'
+    assert not found(scaled(queue), "activation-metric-needs-endpoints")
+
+
+def test_pdb_weak_at_scale_counts_the_ceiling() -> None:
+    pdb = """
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: llm, namespace: ml}
+spec: {selector: {matchLabels: {app: llm}}, minAvailable: MIN}
+"""
+    fixed = deployment(replicas=3)
+    assert found(fixed + pdb.replace("MIN", "1"), "pdb-weak-at-scale")
+    assert not found(fixed + pdb.replace("MIN", "2"), "pdb-weak-at-scale")
+    assert not found(fixed + pdb.replace("MIN", '"75%"'), "pdb-weak-at-scale")
+
+
+def test_scale_up_slower_than_down_uses_hpa_defaults() -> None:
+    hpa = """
+---
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: llm, namespace: ml}
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: llm}
+  minReplicas: 2
+  maxReplicas: 8
+  metrics:
+    - type: Pods
+      pods: {metric: {name: podserve_queue_depth}, target: {type: AverageValue, averageValue: "8"}}
+"""
+    assert not found(deployment() + hpa, "scale-up-slower-than-down")
+    disabled = hpa + "  behavior: {scaleUp: {selectPolicy: Disabled}}\n"
+    assert found(deployment() + disabled, "scale-up-slower-than-down")
+
+
+@pytest.mark.parametrize(
+    ("image", "policy", "fires"),
+    [
+        ("ghcr.io/acme/server", None, True),  # no tag: :latest, defaulted to Always
+        ("ghcr.io/acme/server:latest", None, True),
+        ("ghcr.io/acme/server:1.2.0", None, False),
+        ("ghcr.io/acme/server@sha256:" + "a" * 64, None, False),
+        ("localhost:5000/server:1.2.0", "Always", True),
+    ],
+)
+def test_effective_pull_policy(image: str, policy: str | None, fires: bool) -> None:
+    line = f"imagePullPolicy: {policy}, " if policy else ""
+    pod = (
+        f"      containers: [{{name: server, image: '{image}', {line}"
+        "resources: {limits: {nvidia.com/gpu: '1'}}}]"
+    )
+    assert bool(found(deployment(pod), "pull-always-on-gpu")) is fires
+
+
+def test_gpu_labels_per_provider_and_strategy() -> None:
+    def pod(selector: str, resource: str = "nvidia.com/gpu") -> str:
+        return (
+            f"      nodeSelector: {{{selector}}}\n"
+            "      containers: [{name: server, image: s:1, resources: "
+            f"{{limits: {{{resource}: '1'}}}}}}]"
+        )
+
+    gke_mig = pod("cloud.google.com/gke-gpu-partition-size: 1g.10gb", "nvidia.com/mig-1g.10gb")
+    assert (
+        "advertises MIG partitions as nvidia.com/gpu"
+        in found(deployment(gke_mig), "gpu-label-mismatch")[0]
+    )
+    proven = pod(
+        "karpenter.sh/capacity-type: on-demand, nvidia.com/gpu.product: NVIDIA-L4, "
+        "nvidia.com/gpu.present: 'true'"
+    )
+    assert not found(deployment(proven), "gpu-label-mismatch")
+    unproven = pod("karpenter.sh/capacity-type: on-demand, nvidia.com/gpu.product: NVIDIA-L4")
+    assert (
+        "only when GFD or the GPU Operator runs"
+        in found(deployment(unproven), "gpu-label-mismatch")[0]
+    )
+    other_profile = pod("nvidia.com/mig-2g.20gb.product: X", "nvidia.com/mig-1g.10gb")
+    assert "by profile 2g.20gb" in found(deployment(other_profile), "gpu-label-mismatch")[0]
+    plain = pod("nvidia.com/gpu.product: NVIDIA-A100-SXM4-80GB")  # no provider: GFD's own
+    assert not found(deployment(plain), "gpu-label-mismatch")
+
+
+def test_device_memory_from_labels_and_products() -> None:
+    def pod(selector: str, count: int) -> str:
+        return (
+            f"      nodeSelector: {{{selector}}}\n"
+            "      containers: [{name: server, image: s:1, resources: {limits: "
+            f"{{memory: 400Gi, nvidia.com/gpu: '{count}'}}}}}}]"
+        )
+
+    size = "{podserve.dev/model-size: 150Gi}"
+    two_a100 = deployment(pod("nvidia.com/gpu.product: NVIDIA-A100-SXM4-80GB", 2), annotations=size)
+    assert not found(two_a100, "model-exceeds-device")
+    one_a100 = deployment(pod("nvidia.com/gpu.product: NVIDIA-A100-SXM4-80GB", 1), annotations=size)
+    assert (
+        "nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB" in found(one_a100, "model-exceeds-device")[0]
+    )
+    # Karpenter's label is MiB per GPU (g5: A10G, 22888 MiB).
+    a10g = deployment(pod("karpenter.k8s.aws/instance-gpu-memory: '22888'", 4), annotations=size)
+    assert found(a10g, "model-exceeds-device")
+    unknown = deployment(pod("kubernetes.io/arch: amd64", 1), annotations=size)
+    assert not found(unknown, "model-exceeds-device")  # nothing names the device: no guess
+
+
+def test_fetch_credentials_by_source() -> None:
+    def pod(uri: str, extra: str = "", labels: str = "") -> str:
+        return (
+            "      serviceAccountName: fetcher\n"
+            f"      initContainers: [{{name: fetch, image: s:1, args: [fetch, '{uri}']{extra}}}]\n"
+            "      containers: [{name: server, image: s:1}]"
+        )
+
+    def account(annotations: str) -> str:
+        return (
+            "\n---\napiVersion: v1\nkind: ServiceAccount\n"
+            f"metadata: {{name: fetcher, namespace: ml, annotations: {{{annotations}}}}}\n"
+        )
+
+    gcs = deployment(pod("gs://bucket/model"))
+    assert found(gcs, "fetch-without-credentials")
+    wi = account("iam.gke.io/gcp-service-account: m@p.iam.gserviceaccount.com")
+    assert not found(gcs + wi, "fetch-without-credentials")
+    secret = deployment(pod("s3://bucket/m", ", envFrom: [{secretRef: {name: aws}}]"))
+    assert not found(secret, "fetch-without-credentials")
+    azure = deployment(pod("az://container/m")) + account("azure.workload.identity/client-id: x")
+    # Azure's webhook mutates only pods labelled azure.workload.identity/use: "true".
+    assert found(azure, "fetch-without-credentials")
+    labelled = azure.replace(
+        "labels: {app: llm}", "labels: {app: llm, azure.workload.identity/use: 'true'}"
+    )
+    assert not found(labelled, "fetch-without-credentials")
+    assert not found(deployment(pod("https://example.com/m.onnx")), "fetch-without-credentials")
+
+
+def test_retries_with_linkerd() -> None:
+    text = """
+apiVersion: v1
+kind: Service
+metadata:
+  name: llm
+  namespace: ml
+  annotations: {retry.linkerd.io/http: 5xx, retry.linkerd.io/limit: "3"}
+spec: {selector: {app: llm}, ports: [{name: http, port: 8000}]}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: llm, namespace: ml}
+spec:
+  rules: [{backendRefs: [{name: llm, port: 8000}], retry: {attempts: 2}}]
+"""
+    [message] = found(text, "retries-in-two-layers")
+    assert "Linkerd retries it 3 times more" in message
+    assert "12 times" in message
+
+
+def test_non_production_markers() -> None:
+    gpu = (
+        "      containers: [{name: server, image: s:1, resources: {limits: {nvidia.com/gpu: '1'}}}]"
+    )
+    staging = deployment(gpu).replace("labels: {app: llm}", "labels: {app: llm, env: staging}")
+    assert "label env=staging" in found(staging, "nonprod-gpu-always-on")[0]
+    production = staging.replace("env: staging", "env: production")
+    assert not found(production, "nonprod-gpu-always-on")
+    cpu_only = deployment().replace("labels: {app: llm}", "labels: {app: llm, env: dev}")
+    assert not found(cpu_only, "nonprod-gpu-always-on")
+
+
+def test_required_anti_affinity_is_hard_spread() -> None:
+    required = """
+          requiredDuringSchedulingIgnoredDuringExecution:
+            - {topologyKey: kubernetes.io/hostname, labelSelector: {matchLabels: {app: llm}}}"""
+    pod = f"""      affinity:
+        podAntiAffinity:{required}
+          preferredDuringSchedulingIgnoredDuringExecution:
+            - weight: 50
+              podAffinityTerm:
+                topologyKey: topology.kubernetes.io/zone
+                labelSelector: {{matchLabels: {{app: llm}}}}
+      containers: [{{name: server, image: s:1}}]"""
+    assert not found(deployment(pod, replicas=3), "soft-spread-only")
+    soft = pod.replace(required, "")
+    assert found(deployment(soft, replicas=3), "soft-spread-only")
+
+
+def test_generative_caps_of_other_servers() -> None:
+    tgi = (
+        "      containers: [{name: tgi, image: ghcr.io/huggingface/text-generation-inference:3.0,"
+        " env: [{name: MAX_CONCURRENT_REQUESTS, value: '64'},"
+        " {name: MAX_TOTAL_TOKENS, value: '8192'}]}]"
+    )
+    assert not found(deployment(tgi), "generative-no-caps")
+    half = tgi.replace(", {name: MAX_TOTAL_TOKENS, value: '8192'}", "")
+    assert found(deployment(half), "generative-no-caps") == [
+        "generative server has no cap on context length"
+    ]
+    vllm = (
+        "      containers: [{name: v, image: vllm/vllm-openai:v0.10.1,"
+        " args: [--max-num-seqs=64, --max-model-len, '8192']}]"
+    )
+    assert not found(deployment(vllm), "generative-no-caps")
