@@ -220,7 +220,8 @@ ERRORS: list[tuple[str, Any, bytes | None, str]] = [
         "no data",
         {"inputs": [{"name": "x", "shape": [1], "datatype": "FP32"}]},
         None,
-        r"input 'x': has neither 'data' nor parameters.binary_data_size$",
+        r"input 'x': has neither 'data', parameters.binary_data_size nor "
+        r"parameters.shared_memory_region$",
     ),
     (
         "shared memory",
@@ -235,7 +236,7 @@ ERRORS: list[tuple[str, Any, bytes | None, str]] = [
             ]
         },
         None,
-        r"shared memory is not supported",
+        r"input 'x': shared_memory_region needs shared_memory_byte_size",
     ),
     # binary extension
     (

@@ -40,10 +40,25 @@ class SimpleModel(ModelAPI):
         with np.errstate(over="ignore"):  # wrap around, like the TensorFlow graph
             return {"OUTPUT0": a + b, "OUTPUT1": a - b}
 
+    def warmup_request(self, model_name: str) -> InferRequest | None:
+        # The default warm-up sends empty strings, which are no integers: send "0"s.
+        request = super().warmup_request(model_name)
+        if request is None or not _is_text(self):
+            return request
+        zeros = tuple(
+            Tensor(t.name, t.datatype, np.full(t.shape, b"0", dtype=object)) for t in request.inputs
+        )
+        return InferRequest(model_name=model_name, inputs=zeros)
+
     def postprocess(self, outputs: Payload, request: InferRequest) -> tuple[Tensor, ...]:
-        if self.outputs and self.outputs[0].datatype is Datatype.BYTES:
+        if _is_text(self):
             outputs = {name: _as_text(array) for name, array in outputs.items()}
         return super().postprocess(outputs, request)
+
+
+def _is_text(model: ModelAPI) -> bool:
+    """simple_string: model.yaml declares BYTES."""
+    return bool(model.inputs) and model.inputs[0].datatype is Datatype.BYTES
 
 
 def _as_int32(name: str, data: Array) -> Array:

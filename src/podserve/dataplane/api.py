@@ -21,9 +21,14 @@ from podserve.dataplane.types import (
     RepositoryEntry,
     ServerMetadata,
 )
+from podserve.shm import CudaSharedMemory, SystemSharedMemory
 
 
 class DataPlaneAPI(Protocol):
+    # Triton's shared-memory extensions: the regions the edges' codecs read and write.
+    shared_memory: SystemSharedMemory
+    cuda_shared_memory: CudaSharedMemory
+
     def live(self) -> HealthReport: ...
     def ready(self) -> HealthReport: ...
     def startup(self) -> HealthReport: ...

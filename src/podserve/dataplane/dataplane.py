@@ -13,7 +13,11 @@ must behave the same on every edge happens here, once:
   `EngineClient.admit` for generation, both before any byte of a response;
 - cancellation: task cancellation (see `CallContext`);
 - accounting: rejections by reason, request totals and durations by final status,
-  payload logging.
+  payload logging;
+- shared memory: the process's table of registered regions (Triton's system
+  shared-memory extension), which the edges' decoders read inputs from; outputs a
+  request placed in a region are written there once computed, and every region is
+  unmapped at shutdown.
 
 The edges decode, call one method, encode. They never reach the repository, the
 settings or the metrics registry: what they need is a method here.
@@ -57,16 +61,22 @@ from podserve.obs.collector import (
 )
 from podserve.obs.metrics import EXPOSITION_CONTENT_TYPE, Metrics
 from podserve.obs.payloads import PayloadLogger
+from podserve.protocol.v2.shared_memory import write_outputs
 from podserve.repository import ModelRepository, ModelState
+from podserve.shm import CudaSharedMemory, SystemSharedMemory
 
 log = logging.getLogger("podserve.dataplane")
 
+# Exactly what is implemented: no cuda_shared_memory, whose registration always fails on
+# a machine without GPUs (its endpoints still answer, as a CPU-only Triton's do).
 EXTENSIONS = (
     "binary_tensor_data",
     "model_repository",
     "schedule_policy",
     "model_configuration",
     "statistics",
+    "system_shared_memory",
+    "generate",
 )
 _NO_CONTEXT = CallContext()
 
@@ -89,6 +99,7 @@ class DataPlane:
         metrics: Metrics,
         clock: Clock,
         payloads: PayloadLogger | None = None,
+        shared_memory: SystemSharedMemory | None = None,
     ) -> None:
         self._settings = settings
         self._repository = repository
@@ -100,6 +111,8 @@ class DataPlane:
             max_body_bytes=settings.max_body_bytes,
             access_log_sample_rate=settings.access_log_sample_rate,
         )
+        self.shared_memory = shared_memory or SystemSharedMemory()
+        self.cuda_shared_memory = CudaSharedMemory(self.shared_memory)
 
     # --- health ----------------------------------------------------------------------
     def live(self) -> HealthReport:
@@ -173,6 +186,7 @@ class DataPlane:
             except DeadlineExceeded:
                 self._reject(model, "deadline")
                 raise
+            response = write_outputs(self.shared_memory, request, response)
             if self._payloads is not None:
                 self._payloads.offer(
                     request, response, call.request_id or request.id or "", call.endpoint
@@ -336,7 +350,9 @@ class DataPlane:
         self._lifecycle.stop()
 
     async def close(self) -> None:
-        """Flush what the data plane buffers (the payload log)."""
+        """Unmap every shared-memory region and flush what the data plane buffers (the
+        payload log)."""
+        self.shared_memory.close()
         if self._payloads is not None:
             await asyncio.to_thread(self._payloads.close)
 

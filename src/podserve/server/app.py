@@ -29,6 +29,7 @@ from podserve.server.http import (
 from podserve.server.routes_generate import GenerateRoutes
 from podserve.server.routes_health import HealthRoutes
 from podserve.server.routes_openai import OpenAIRoutes
+from podserve.server.routes_shm import REGION, SharedMemoryRoutes
 from podserve.server.routes_v2 import V2Routes
 
 log = logging.getLogger("podserve.access")
@@ -76,6 +77,23 @@ class App:
         # Triton's statistics of every loaded model (a model named "stats" has its own
         # at /v2/models/stats/stats)
         self._static["/v2/models/stats"] = {"GET": Route(self._v2.model_statistics)}
+        # Triton's shared-memory extensions: the table, and each region by name
+        shm = SharedMemoryRoutes(dataplane)
+        self._shm_regions: dict[str, dict[str, dict[str, Route]]] = {
+            "/v2/systemsharedmemory/": {
+                "status": {"GET": Route(shm.system_status)},
+                "register": {"POST": Route(shm.system_register)},
+                "unregister": {"POST": Route(shm.system_unregister)},
+            },
+            "/v2/cudasharedmemory/": {
+                "status": {"GET": Route(shm.cuda_status)},
+                "register": {"POST": Route(shm.cuda_register)},
+                "unregister": {"POST": Route(shm.cuda_unregister)},
+            },
+        }
+        for prefix, actions in self._shm_regions.items():
+            self._static[prefix + "status"] = actions["status"]
+            self._static[prefix + "unregister"] = actions["unregister"]
         openai = OpenAIRoutes(dataplane)
         self._static["/v1/models"] = {"GET": Route(openai.models, openai=True)}
         self._static["/v1/completions"] = {
@@ -150,6 +168,13 @@ class App:
                     return {"POST": Route(self._v2.load)}, {}, parts[0]
                 if parts[1] == "unload":
                     return {"POST": Route(self._v2.unload)}, {}, parts[0]
+        elif path.startswith(("/v2/systemsharedmemory/region/", "/v2/cudasharedmemory/region/")):
+            # The name is everything up to the action: it may hold a "/" of its own.
+            prefix, _, tail = path.partition("region/")
+            name, _, action = tail.rpartition("/")
+            table = self._shm_regions[prefix].get(action)
+            if name and table is not None:
+                return table, {REGION: name}, ""
         return None, {}, ""
 
     # --- ASGI ----------------------------------------------------------------------------

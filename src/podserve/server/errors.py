@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from podserve.admission import retry_after_header
 from podserve.core.errors import (
+    AlreadyExists,
     Cancelled,
     DeadlineExceeded,
     Draining,
@@ -11,6 +12,7 @@ from podserve.core.errors import (
     InvalidInput,
     ModelLoadFailed,
     ModelNotFound,
+    NotFound,
     PayloadTooLarge,
     PodserveError,
     Unavailable,
@@ -21,6 +23,8 @@ from podserve.server.http import Response, json_response
 _STATUS: tuple[tuple[type[PodserveError], int], ...] = (
     (InvalidInput, 400),
     (ModelNotFound, 404),
+    (NotFound, 404),
+    (AlreadyExists, 400),  # Triton's HTTP server: ALREADY_EXISTS is a 400
     (PayloadTooLarge, 413),
     (UnprocessableInput, 422),
     (Unavailable, 503),

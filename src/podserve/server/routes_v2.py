@@ -61,6 +61,7 @@ class V2Routes:
             model_name=request.model,
             model_version=request.path_params.get("version"),
             header_length=header_length,
+            shared_memory=self._dataplane.shared_memory,
         )
         call = CallContext(
             endpoint="v2",

@@ -11,7 +11,8 @@ Decisions where the spec leaves room:
 - Parameter values are kept as given (request `timeout`, `priority`, sequence ids...): the
   data plane interprets them. Only the binary-extension parameters are checked here,
   because this codec acts on them: `binary_data_size` is an int >= 0, `binary_data` and
-  `binary_data_output` are booleans. `binary_data_size` is consumed, not passed on.
+  `binary_data_output` are booleans. `binary_data_size` is consumed, not passed on; so
+  are an input's shared-memory parameters (its data is read from the region).
 - Duplicate input or output names are an error (the second would silently win).
 - When a header length is given, the binary chunks must account for every byte after the
   JSON header: leftover bytes mean client and server disagree about the layout.
@@ -30,6 +31,8 @@ from podserve.core.errors import InvalidInput
 from podserve.core.tensors import Datatype, InferRequest, RequestedOutput, Tensor
 from podserve.protocol.v2.json_data import array_from_json, json_type
 from podserve.protocol.v2.raw import decode_tensor
+from podserve.protocol.v2.shared_memory import check_outputs, read_input
+from podserve.shm import SystemSharedMemory, region_ref, without_references
 
 INFERENCE_HEADER_CONTENT_LENGTH = "Inference-Header-Content-Length"
 
@@ -51,10 +54,17 @@ def parse_header_length(value: str | None) -> int | None:
 
 
 def decode_infer_request(
-    body: bytes, *, model_name: str, model_version: str | None, header_length: int | None
+    body: bytes,
+    *,
+    model_name: str,
+    model_version: str | None,
+    header_length: int | None,
+    shared_memory: SystemSharedMemory | None = None,
 ) -> InferRequest:
     """Decode an inference request body; binary tensor data follows the first
-    `header_length` bytes of JSON when `header_length` is given."""
+    `header_length` bytes of JSON when `header_length` is given. Inputs that name a
+    region of `shared_memory` are read from it in place; outputs that name one are
+    checked against it (see protocol/v2/shared_memory.py)."""
     view = memoryview(body)
     if header_length is None:
         doc = _load_object(view)
@@ -76,7 +86,7 @@ def decode_infer_request(
     inputs: list[Tensor] = []
     names: set[str] = set()
     for index, item in enumerate(raw_inputs):
-        tensor, offset = _decode_input(index, item, view, offset, header_length)
+        tensor, offset = _decode_input(index, item, view, offset, header_length, shared_memory)
         if tensor.name in names:
             raise InvalidInput(f"input {tensor.name!r} is given more than once")
         names.add(tensor.name)
@@ -96,12 +106,14 @@ def decode_infer_request(
         raise InvalidInput(
             f"request parameters.binary_data_output must be a boolean, got {json_type(flag)}"
         )
+    outputs = _decode_outputs(doc.get("outputs"))
+    check_outputs(shared_memory, outputs)
     return InferRequest(
         model_name=model_name,
         model_version=model_version,
         id=request_id,
         inputs=tuple(inputs),
-        outputs=_decode_outputs(doc.get("outputs")),
+        outputs=outputs,
         parameters=parameters,
     )
 
@@ -127,7 +139,12 @@ def _load_object(data: memoryview) -> dict[str, Any]:
 
 
 def _decode_input(
-    index: int, item: object, view: memoryview, offset: int, header_length: int | None
+    index: int,
+    item: object,
+    view: memoryview,
+    offset: int,
+    header_length: int | None,
+    shared_memory: SystemSharedMemory | None,
 ) -> tuple[Tensor, int]:
     """One input tensor, and the offset of the next binary chunk."""
     if type(item) is not dict:
@@ -148,14 +165,23 @@ def _decode_input(
     shape = _shape(name, item.get("shape"))
     parameters = _parameters(item.get("parameters"), f"input {name!r}")
 
+    ref = region_ref(parameters, f"input {name!r}")
+    if ref is not None:
+        if "data" in item or "binary_data_size" in parameters:
+            raise InvalidInput(
+                f"input {name!r}: names a shared memory region and also carries data; send one"
+            )
+        if shared_memory is None:
+            raise InvalidInput(f"input {name!r}: shared memory is not available here")
+        data = read_input(shared_memory, name, datatype, shape, ref)
+        return Tensor(name, datatype, data, without_references(parameters)), offset
+
     size = parameters.get("binary_data_size")
     if size is None:
         if "data" not in item:
-            hint = (
-                " (shared memory is not supported)" if "shared_memory_region" in parameters else ""
-            )
             raise InvalidInput(
-                f"input {name!r}: has neither 'data' nor parameters.binary_data_size{hint}"
+                f"input {name!r}: has neither 'data', parameters.binary_data_size nor "
+                "parameters.shared_memory_region"
             )
         data = array_from_json(name, datatype, shape, item["data"])
         return Tensor(name, datatype, data, parameters), offset

@@ -19,6 +19,7 @@ import orjson
 from podserve.core.tensors import InferResponse, Tensor
 from podserve.protocol.v2.json_data import json_values
 from podserve.protocol.v2.raw import encode_tensor
+from podserve.protocol.v2.shared_memory import in_shared_memory
 
 # Numpy arrays go to orjson as they are (formatted in C at their own precision).
 _JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
@@ -66,6 +67,10 @@ def _encode_output(tensor: Tensor, want_binary: bool) -> tuple[dict[str, Any], b
         "datatype": tensor.datatype.value,
         "shape": list(tensor.shape),
     }
+    if in_shared_memory(tensor):
+        # Already in the client's region: name, datatype and shape only, as Triton's
+        # HTTP server answers (InferRequestClass::FinalizeResponse, src/http_server.cc).
+        return entry, None
     parameters = dict(tensor.parameters)
     values = None if want_binary else json_values(tensor.name, tensor.datatype, tensor.data)
     if values is None:

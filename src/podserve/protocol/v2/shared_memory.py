@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,7 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
 from podserve.core.errors import InferenceFailed, InvalidInput
-from podserve.core.tensors import Datatype, InferRequest, InferResponse, Tensor
+from podserve.core.tensors import Datatype, InferRequest, InferResponse, RequestedOutput, Tensor
 from podserve.protocol.json_body import parse_body
 from podserve.protocol.v2.raw import decode_bytes, decode_tensor, encode_bytes
 from podserve.shm import (
@@ -73,6 +74,16 @@ def check_output(regions: SystemSharedMemory, ref: RegionRef) -> None:
     """Refuse an output region that does not exist or does not fit, before the request
     costs any compute (Triton looks the region up when it parses the request)."""
     regions.view(ref.region, ref.offset, ref.byte_size).release()
+
+
+def check_outputs(regions: SystemSharedMemory | None, outputs: Iterable[RequestedOutput]) -> None:
+    """`check_output` for every requested output that names a region."""
+    for wanted in outputs:
+        ref = region_ref(wanted.parameters, f"output {wanted.name!r}")
+        if ref is not None:
+            if regions is None:
+                raise InvalidInput(f"output {wanted.name!r}: shared memory is not available here")
+            check_output(regions, ref)
 
 
 def write_outputs(
