@@ -1,4 +1,5 @@
-"""Sampling parameters and the sampler over one logits row.
+"""Sampling, in one module: the engine's parameters (and their one conversion from the
+requests' wire fields), the sampler over one logits row, and log-probabilities.
 
 A request with a `seed` draws from its own `torch.Generator`, so what it samples depends
 only on its own logits and seed, never on which requests shared its step.
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from podserve.core.errors import InvalidInput
+from podserve.protocol.sampling import SamplingFields
 
 if TYPE_CHECKING:
     import torch
@@ -64,6 +66,23 @@ class SamplingParams:
             raise InvalidInput("stop strings must not be empty")
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
             raise InvalidInput(f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}")
+
+    @classmethod
+    def from_fields(
+        cls, fields: SamplingFields, *, max_tokens: int, logprobs: int | None = None
+    ) -> SamplingParams:
+        """The sampling fields of a request (OpenAI's or Triton's generate schema, one
+        wire schema in `protocol/sampling.py`) as the engine's parameters."""
+        return cls(
+            temperature=fields.temperature,
+            top_p=fields.top_p,
+            top_k=fields.top_k,
+            seed=fields.seed,
+            max_tokens=max_tokens,
+            stop=fields.stop_strings(),
+            ignore_eos=fields.ignore_eos,
+            logprobs=logprobs,
+        )
 
     @property
     def greedy(self) -> bool:

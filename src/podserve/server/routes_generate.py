@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 from podserve.core.errors import PodserveError
 from podserve.dataplane import CallContext, DataPlane, GenerateRequest, Generation
+from podserve.generation.sampling import SamplingParams
 from podserve.protocol.v2.generate import (
     decode_generate_request,
     generate_body,
@@ -17,7 +18,6 @@ from podserve.protocol.v2.generate import (
 )
 from podserve.server import streams as streams_io
 from podserve.server.http import Request, Response, StreamingResponse
-from podserve.server.sampling import sampling_params
 
 
 class GenerateRoutes:
@@ -45,7 +45,9 @@ class GenerateRoutes:
         # An unknown model is a 404 before its body costs any decoding.
         self._dataplane.check_model(request.model, version)
         parsed = decode_generate_request(await request.body(self._max_body_bytes))
-        params = sampling_params(parsed.parameters, max_tokens=parsed.parameters.max_tokens)
+        params = SamplingParams.from_fields(
+            parsed.parameters, max_tokens=parsed.parameters.max_tokens
+        )
         return await self._dataplane.generate(
             GenerateRequest(
                 model=request.model, version=version, prompt=parsed.text_input, sequences=(params,)

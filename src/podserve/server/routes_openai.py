@@ -22,7 +22,6 @@ from podserve.protocol.openai import (
 )
 from podserve.server import streams as streams_io
 from podserve.server.http import Request, Response, StreamingResponse
-from podserve.server.sampling import sampling_params
 
 
 class OpenAIRoutes:
@@ -183,7 +182,9 @@ def _choices(params: SamplingParams, n: int) -> tuple[SamplingParams, ...]:
 def _params(
     parsed: oai.CompletionRequest | oai.ChatRequest, max_tokens: int | None
 ) -> SamplingParams:
-    return sampling_params(parsed, max_tokens=max_tokens or 16, logprobs=parsed.logprob_count())
+    return SamplingParams.from_fields(
+        parsed, max_tokens=max_tokens or 16, logprobs=parsed.logprob_count()
+    )
 
 
 def _logprob_entry(generation: Generation, event: TokenEvent) -> oai.LogprobEntry | None:
