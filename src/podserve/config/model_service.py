@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from podserve.config.service_access import Credentials, SecretKey, bad_env_names
+from podserve.config.service_async import AsyncConsumer
 from podserve.config.service_base import _DNS_SUBDOMAIN, _Spec, quantity_value
 from podserve.config.service_gpu import Gpu, gpu_problem
 from podserve.config.service_ops import (
@@ -92,6 +93,12 @@ class ModelServiceSpec(_Spec):
         "against the Service, and alerts on its pass ratio (docs/eval.md).",
     )
     timing: Timing = Field(default_factory=Timing, description="Termination timing.")
+    async_: AsyncConsumer | None = Field(
+        None,
+        alias="async",
+        description="Asynchronous inference: `podserve consume` from a Redis stream, scaled "
+        "from zero on its backlog by KEDA (docs/async.md).",
+    )
     network_policy: bool = Field(
         True, description="Render a NetworkPolicy admitting only the serving ports."
     )

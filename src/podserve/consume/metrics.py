@@ -81,10 +81,19 @@ class ConsumerMetrics:
 
 
 class MetricsListener:
-    """GET /metrics on `port` (0: any free port), answered from `render()`."""
+    """On `port` (0: any free port): GET /metrics from `render()`; /healthz 200 while the
+    event loop answers (liveness); /ready 200 once `ready()` (the models are loaded and the
+    consumer reads), else 503."""
 
-    def __init__(self, render: Callable[[], bytes], host: str, port: int) -> None:
+    def __init__(
+        self,
+        render: Callable[[], bytes],
+        host: str,
+        port: int,
+        ready: Callable[[], bool] = lambda: True,
+    ) -> None:
         self._render = render
+        self._ready = ready
         self._host = host
         self._port = port
         self._server: asyncio.Server | None = None
@@ -106,9 +115,17 @@ class MetricsListener:
         with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
             path = head.split(b" ", 2)[1] if head.count(b" ") >= 2 else b""
-            if path.split(b"?", 1)[0] in (b"/metrics", b"/"):
+            route = path.split(b"?", 1)[0]
+            kind = b"application/json"
+            if route in (b"/metrics", b"/"):
                 status, body = b"200 OK", self._render()
                 kind = b"text/plain; version=0.0.4; charset=utf-8"
+            elif route == b"/healthz":
+                status, body = b"200 OK", b'{"live": true}'
+            elif route == b"/ready":
+                ready = self._ready()
+                status = b"200 OK" if ready else b"503 Service Unavailable"
+                body = b'{"ready": true}' if ready else b'{"ready": false}'
             else:
                 status, body, kind = (
                     b"404 Not Found",

@@ -66,7 +66,12 @@ async def consume(settings: ConsumeSettings) -> int:
     def render() -> bytes:
         return metrics.exposition() + dataplane.metrics_exposition()[0]
 
-    listener = MetricsListener(render, settings.metrics_host, settings.metrics_port)
+    listener = MetricsListener(
+        render,
+        settings.metrics_host,
+        settings.metrics_port,
+        ready=lambda: consumer is not None and not stopping.is_set(),
+    )
     await listener.start()
     consumer: Consumer | None = None
     stopping = asyncio.Event()

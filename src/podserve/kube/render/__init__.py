@@ -10,6 +10,7 @@ from podserve.kube.plan import Plan, make_plan
 from podserve.kube.render.autoscaling import autoscaler_objects
 from podserve.kube.render.batch import batch_objects
 from podserve.kube.render.coldstart import headroom_objects, prepull_objects
+from podserve.kube.render.consumer import consumer_objects
 from podserve.kube.render.evaluation import eval_objects
 from podserve.kube.render.monitoring import monitoring_objects
 from podserve.kube.render.support import (
@@ -67,6 +68,7 @@ def render(service: ModelService) -> Rendering:
         objects.append(http_route(service, all_variants))
     objects += monitoring_objects(service)
     objects += batch_objects(service, plan)
+    objects += consumer_objects(service, plan)
     objects += eval_objects(service)
     if spec.cold_start.pre_pull and spec.gpu.count:
         objects += prepull_objects(service)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from podserve.kube.lint.model import Rule
 from podserve.kube.lint.rules import (
+    asyncq,
     autoscaling,
     cache,
     capacity,
@@ -81,6 +82,9 @@ ALL_RULES: tuple[Rule, ...] = tuple(
             routing.GRPC_WITHOUT_L7_ROUTE,
             routing.RETRIES_IN_TWO_LAYERS,
             credentials.FETCH_WITHOUT_CREDENTIALS,
+            asyncq.CONSUMER_NO_DEAD_LETTER,
+            asyncq.CONSUMER_GRACE_SHORT,
+            asyncq.REDIS_STREAMS_PENDING_NO_WAKE,
         ),
         key=lambda rule: rule.id,
     )

@@ -1,0 +1,143 @@
+"""`podserve render` of a ModelService `async:` section: the consumer Deployment, the KEDA
+ScaledObject on the redis-streams scaler and its TriggerAuthentication; they validate
+against the Kubernetes and KEDA schemas and lint clean, and the asyncq rules catch the
+usual mistakes in them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from podserve.config.model_service import ModelService
+from podserve.kube.lint import ALL_RULES, lint_documents
+from podserve.kube.render import render
+from podserve.kube.types import Manifest
+from podserve.kube.validation import CrdCatalog, validate_manifests
+from podserve.kube.yamlio import dump_all, parse_documents
+from tests.kube.helpers import with_spec
+from tests.kube.paths import EXAMPLES, load_example
+
+CPU = next(p for p in EXAMPLES if p.name == "sklearn-cpu-hpa.yaml")
+ASYNC: dict[str, Any] = {
+    "redis": {"address": "redis.queues.svc:6379", "password": {"secret": "redis", "key": "pw"}},
+    "stream": "fraud-requests",
+    "resultsStream": "fraud-results",
+    "deadLetterStream": "fraud-dead",
+    "activation": 2,
+}
+
+
+def service(**changes: Any) -> ModelService:
+    return with_spec(load_example(CPU), **{"async": {**ASYNC, **changes}})
+
+
+def consumer_objects(svc: ModelService) -> dict[str, Manifest]:
+    return {
+        m["kind"]: m
+        for m in render(svc).manifests
+        if m["metadata"]["labels"].get("app.kubernetes.io/component") == "consumer"
+    }
+
+
+def findings(svc: ModelService) -> set[str]:
+    text = dump_all(render(svc).manifests)
+    return {
+        f.rule_id for f in lint_documents(parse_documents(text, "rendered"), ALL_RULES).findings
+    }
+
+
+def test_renders_deployment_scaled_object_and_trigger_authentication() -> None:
+    objects = consumer_objects(service())
+    assert sorted(objects) == [
+        "Deployment",
+        "NetworkPolicy",
+        "ScaledObject",
+        "TriggerAuthentication",
+    ]
+    pod = objects["Deployment"]["spec"]["template"]["spec"]
+    (ctr,) = pod["containers"]
+    args = ctr["args"]
+    assert ctr["command"] == ["podserve"]
+    assert args[:3] == ["consume", "--redis", "redis://redis.queues.svc:6379/0"]
+    flag = {args[i]: args[i + 1] for i in range(1, len(args) - 1, 2)}
+    assert flag["--stream"] == "fraud-requests"
+    assert flag["--group"] == "podserve"
+    assert flag["--results-stream"] == "fraud-results"
+    assert flag["--dead-letter-stream"] == "fraud-dead"
+    assert flag["--max-failures"] == "3"
+    # 1 s read + 2 x 5 s (the example's longestRequestSeconds) = 11 s, then the margin.
+    assert flag["--drain-timeout-s"] == "11"
+    assert pod["terminationGracePeriodSeconds"] == 11 + 5
+    env = {e["name"]: e for e in ctr["env"]}
+    assert env["REDIS_PASSWORD"]["valueFrom"] == {"secretKeyRef": {"name": "redis", "key": "pw"}}
+    assert env["PODSERVE_MODELS"]["value"].startswith("fraud-score=/cache/entries/sha256-")
+    assert "replicas" not in objects["Deployment"]["spec"]  # KEDA owns the count
+    # The serving Service selects name + track; consumers carry no track.
+    labels = objects["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert "podserve.dev/track" not in labels
+
+    scaled = objects["ScaledObject"]["spec"]
+    assert scaled["scaleTargetRef"]["name"] == "fraud-score-consumer"
+    assert (scaled["minReplicaCount"], scaled["maxReplicaCount"]) == (0, 10)
+    assert scaled["cooldownPeriod"] == 600
+    (trigger,) = scaled["triggers"]
+    assert trigger["type"] == "redis-streams"
+    assert trigger["metadata"] == {
+        "address": "redis.queues.svc:6379",
+        "databaseIndex": "0",
+        "stream": "fraud-requests",
+        "consumerGroup": "podserve",
+        "enableTLS": "false",
+        "lagCount": "10",
+        "activationLagCount": "2",
+    }
+    assert trigger["authenticationRef"] == {"name": "fraud-score-consumer"}
+    auth = objects["TriggerAuthentication"]["spec"]
+    assert auth == {"secretTargetRef": [{"parameter": "password", "name": "redis", "key": "pw"}]}
+
+
+def test_rendered_objects_validate_and_lint_clean() -> None:
+    svc = service()
+    assert validate_manifests(render(svc).manifests, CrdCatalog.bundled()) == []
+    assert findings(svc) == set()
+
+
+def test_rendering_is_deterministic() -> None:
+    assert dump_all(render(service()).manifests) == dump_all(render(service()).manifests)
+
+
+def test_without_password_there_is_no_trigger_authentication() -> None:
+    svc = service(redis={"address": "redis:6379", "tls": True, "database": 2})
+    objects = consumer_objects(svc)
+    assert "TriggerAuthentication" not in objects
+    (trigger,) = objects["ScaledObject"]["spec"]["triggers"]
+    assert "authenticationRef" not in trigger
+    assert trigger["metadata"]["enableTLS"] == "true"
+    args = objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[2] == "rediss://redis:6379/2"
+
+
+@pytest.mark.parametrize(
+    ("changes", "rule"),
+    [
+        ({"deadLetterStream": None}, "consumer-no-dead-letter"),
+        ({"graceSeconds": 6}, "consumer-grace-short"),
+        ({"scaleOn": "pendingEntries"}, "redis-streams-pending-no-wake"),
+    ],
+)
+def test_the_usual_mistakes_are_caught(changes: dict[str, Any], rule: str) -> None:
+    assert rule in findings(service(**changes))
+
+
+def test_pending_entries_with_a_warm_replica_is_fine() -> None:
+    svc = service(scaleOn="pendingEntries", minReplicas=1)
+    assert "redis-streams-pending-no-wake" not in findings(svc)
+    (trigger,) = consumer_objects(svc)["ScaledObject"]["spec"]["triggers"]
+    assert trigger["metadata"]["pendingEntriesCount"] == "10"
+
+
+def test_min_above_max_is_refused() -> None:
+    with pytest.raises(ValidationError, match="minReplicas must not exceed"):
+        service(minReplicas=5, maxReplicas=2)
