@@ -3,7 +3,9 @@ schemas bundled with kubernetes-validate (strict: unknown fields are errors), cu
 resources against their CRD's openAPIV3Schema (kubernetes-validate only warns on those).
 The CRDs ship inside the package (`podserve/kube/crds/`, upstream sources and licences in its
 SOURCES.md), so a plain install validates without anything beside it.
-CEL rules (x-kubernetes-validations) are not evaluated here."""
+CEL rules (x-kubernetes-validations) are evaluated by podserve.kube.apiserver.cel, the
+API server's cross-field checks by podserve.kube.apiserver; `podserve lint --strict` runs all
+three."""
 
 from __future__ import annotations
 

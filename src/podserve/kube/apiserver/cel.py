@@ -163,11 +163,21 @@ def _run_rule(
     from celpy.evaluation import CELEvalError
 
     text = str(rule.get("rule", ""))
-    if _OLD_SELF.search(text):
-        result.transition_skipped += 1
-        return
     at = f"{path}{rule.get('fieldPath') or ''}"
     shown = _type_name(schema, value)
+    if _OLD_SELF.search(text):
+        result.transition_skipped += 1
+        if rule.get("optionalOldSelf") is True:
+            # The server runs these on create too, with oldSelf an empty optional.
+            result.errors.append(
+                FieldError(
+                    obj, at, ErrorType.INVALID, shown,
+                    f"CEL rule not evaluated by podserve (optionalOldSelf needs CEL "
+                    f"optionals): {text}",
+                    CEL_VALIDATION, Severity.WARNING,
+                )
+            )  # fmt: skip
+        return
     message = str(rule.get("message") or "").strip() or f"failed rule: {text}"
     kind = _REASONS.get(str(rule.get("reason", "")), ErrorType.INVALID)
     activation = {"self": to_cel(schema, value)}

@@ -4,7 +4,7 @@ NVIDIA device plugin MIG strategies (NVIDIA/k8s-device-plugin internal/lm/mig-st
 README "MIG support"): under `single` every MIG device is an `nvidia.com/gpu` and GFD sets
 `nvidia.com/gpu.product=<model>-MIG-<profile>`; under `mixed` each profile is its own
 resource `nvidia.com/mig-<profile>` with labels `nvidia.com/mig-<profile>.{product,count,
-memory,...}`, and `nvidia.com/gpu.product` keeps the plain model. GKE's own device plugin
+memory,...}` (a `-MIG-` product value is the single strategy's). GKE's own device plugin
 (GoogleCloudPlatform/container-engine-accelerators pkg/gpu/nvidia/manager.go) advertises MIG
 partitions as `nvidia.com/gpu` and writes no `nvidia.com/gpu.*` labels; GKE, EKS (managed
 node groups, Karpenter) and AKS nodes carry GFD labels only when GPU feature discovery or
