@@ -261,3 +261,42 @@ async def test_metrics_report_lag_pending_processed_and_latency(
     assert samples[("podserve_consumer_end_to_end_seconds_count", (("model", "double"),))] == 10
     assert ("podserve_consumer_lag", ()) in samples
     assert ("podserve_consumer_pending", ()) in samples
+
+
+async def test_max_failures_0_retries_for_ever_and_never_dead_letters(
+    redis_url: str, repository: Path, tmp_path: Path
+) -> None:
+    policy = ConsumerPolicy(
+        read_count=4, max_inflight=8, block_ms=50, claim_idle_ms=30, max_failures=0
+    )
+    async with consuming(redis_url, repository, tmp_path / "cache", policy) as h:
+        body = v2_body([1313, 1, 1])
+        await h.client.xadd(h.names.requests, {"id": "bad", "model": "double", "body": body})
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 20
+        while h.metrics.failed.labels("double")._value.get() < 5:
+            assert loop.time() < deadline, "the entry was not retried"
+            await asyncio.sleep(0.02)
+        assert await h.client.xlen(h.names.dead_letters) == 0
+        assert await h.client.xlen(h.names.results) == 0
+        assert (await h.client.xpending(h.names.requests, h.names.group))["pending"] == 1
+
+
+async def test_openai_embeddings_entries_answer_like_v1_embeddings(
+    redis_url: str, tmp_path: Path
+) -> None:
+    root = tmp_path / "models"
+    shutil.copytree(EXAMPLES / "minilm", root / "minilm")
+    async with consuming(redis_url, root, tmp_path / "cache", FAST) as h:
+        body = orjson.dumps({"model": "minilm", "input": ["a queue", "a stream"]})
+        await h.client.xadd(
+            h.names.requests,
+            {"id": "e1", "model": "minilm", "body": body, "api": "openai.embeddings"},
+        )
+        (result,) = await h.results(1, timeout_s=120)
+    assert result[b"status"] == b"200"
+    answer = orjson.loads(result[b"body"])
+    assert answer["object"] == "list"
+    assert [d["index"] for d in answer["data"]] == [0, 1]
+    assert len(answer["data"][0]["embedding"]) == 384
+    assert answer["usage"]["prompt_tokens"] > 0

@@ -61,7 +61,7 @@ def register(subparsers: Any) -> None:
         "--max-failures",
         type=int,
         default=3,
-        help="failed attempts before an entry is dead-lettered",
+        help="failed attempts before an entry is dead-lettered (0: never; retried for ever)",
     )
     parser.add_argument(
         "--claim-idle-ms",

@@ -29,6 +29,8 @@ from podserve.dataplane import DataPlaneAPI
 
 log = logging.getLogger("podserve.consume")
 
+NEVER_DEAD_LETTER = 2**53  # a failure count Lua's numbers still hold exactly
+
 
 @dataclass(frozen=True, slots=True)
 class ConsumerPolicy:
@@ -36,14 +38,14 @@ class ConsumerPolicy:
     max_inflight: int = 16  # entries processed at once
     block_ms: int = 1000  # longest XREADGROUP wait: also the longest reaction to SIGTERM
     claim_idle_ms: int = 30_000  # a pending entry idle this long is claimed
-    max_failures: int = 3
+    max_failures: int = 3  # 0: never dead-letter (retry for ever; lint warns)
     state_interval_s: float = 1.0  # lag/pending gauges refresh
 
     def __post_init__(self) -> None:
         if self.read_count < 1 or self.max_inflight < 1:
             raise ValueError("read_count and max_inflight must be at least 1")
-        if self.max_failures < 1:
-            raise ValueError("max_failures must be at least 1")
+        if self.max_failures < 0:
+            raise ValueError("max_failures must be 0 (never dead-letter) or more")
         if self.claim_idle_ms < 1 or self.block_ms < 1:
             raise ValueError("claim_idle_ms and block_ms must be at least 1")
 
@@ -134,7 +136,8 @@ class Consumer:
         result = await process(self._dataplane, entry)
         try:
             if result.status in RETRYABLE_STATUSES:
-                count = await self._streams.record_failure(entry, result, self._policy.max_failures)
+                limit = self._policy.max_failures or NEVER_DEAD_LETTER
+                count = await self._streams.record_failure(entry, result, limit)
                 if count > 0:
                     metrics.failed.labels(entry.model).inc()
                     log.warning(
