@@ -55,17 +55,21 @@ def _upstreams(gateway: GatewayProcess, key: str, count: int) -> list[tuple[int,
     out = []
     with httpx.Client(base_url=gateway.url, timeout=60) as http:
         for _ in range(count):
-            reply = http.post("/v1/completions", json=BODY,
-                              headers={"authorization": f"Bearer {key}"})
+            reply = http.post(
+                "/v1/completions", json=BODY, headers={"authorization": f"Bearer {key}"}
+            )
             out.append((reply.status_code, reply.headers.get("x-podserve-gateway-upstream", "")))
     return out
 
 
 def test_weighted_split_between_pools(pods: Pods, tmp_path: Path) -> None:
-    config = base_config(pods, pools=[
-        {"name": "stable", "models": ["tiny-lm"], "endpoints": [pods.a.url], "weight": 3},
-        {"name": "canary", "models": ["tiny-lm"], "endpoints": [pods.b.url], "weight": 1},
-    ])
+    config = base_config(
+        pods,
+        pools=[
+            {"name": "stable", "models": ["tiny-lm"], "endpoints": [pods.a.url], "weight": 3},
+            {"name": "canary", "models": ["tiny-lm"], "endpoints": [pods.b.url], "weight": 1},
+        ],
+    )
     with GatewayProcess(config, tmp_path) as gateway:
         key = create_key(gateway.config_path)
         seen = _upstreams(gateway, key, 8)
@@ -75,21 +79,26 @@ def test_weighted_split_between_pools(pods: Pods, tmp_path: Path) -> None:
 
 def test_pool_down_falls_back_to_the_hosted_upstream(pods: Pods, tmp_path: Path) -> None:
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: /ready fails
-    config = base_config(pods, pools=[
-        {"name": "chat", "models": ["tiny-lm"], "endpoints": [dead], "weight": 100},
-    ])
+    config = base_config(
+        pods,
+        pools=[
+            {"name": "chat", "models": ["tiny-lm"], "endpoints": [dead], "weight": 100},
+        ],
+    )
     with GatewayProcess(config, tmp_path, env={"HOSTED_API_KEY": "sk-test"}) as gateway:
         key = create_key(gateway.config_path)
         seen = _upstreams(gateway, key, 3)
     assert seen == [(200, "hosted")] * 3
 
 
-def test_retries_on_503_stay_within_the_budget(
-    pods: Pods, overloaded: str, tmp_path: Path
-) -> None:
-    config = base_config(pods, fallbacks=[], pools=[
-        {"name": "chat", "models": ["tiny-lm"], "endpoints": [overloaded, pods.a.url]},
-    ])
+def test_retries_on_503_stay_within_the_budget(pods: Pods, overloaded: str, tmp_path: Path) -> None:
+    config = base_config(
+        pods,
+        fallbacks=[],
+        pools=[
+            {"name": "chat", "models": ["tiny-lm"], "endpoints": [overloaded, pods.a.url]},
+        ],
+    )
     with GatewayProcess(config, tmp_path) as gateway:
         key = create_key(gateway.config_path)
         seen = _upstreams(gateway, key, 30)

@@ -35,6 +35,8 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         text = sys.stdin.read() if args.spec == "-" else Path(args.spec).read_text()
+        if _is_gateway(text):
+            return _render_gateway(text, args)
         service = load_model_service(text, args.spec)
     except (OSError, PodserveError) as exc:
         print(f"podserve render: {exc}", file=sys.stderr)
@@ -61,5 +63,34 @@ def _run(args: argparse.Namespace) -> int:
         written = write_kustomize(rendering.manifests, args.output, service.metadata.namespace)
     else:
         written = write_files(rendering.manifests, args.output)
+    print(f"wrote {len(written)} file(s) to {args.output}", file=sys.stderr)
+    return 0
+
+
+def _is_gateway(text: str) -> bool:
+    from podserve.config.gateway_spec import spec_kind
+
+    return spec_kind(text) == "Gateway"
+
+
+def _render_gateway(text: str, args: argparse.Namespace) -> int:
+    """`kind: Gateway` (docs/gateway.md): the gateway's Deployment and its companions."""
+    from podserve.config.gateway_spec import load_gateway_spec
+    from podserve.kube.render.gateway import render_gateway
+    from podserve.kube.render.output import write_files, write_kustomize
+    from podserve.kube.yamlio import dump_all
+
+    spec = load_gateway_spec(text, args.spec)
+    manifests = render_gateway(spec)
+    if args.format == "kustomize" and args.output is None:
+        print("podserve render: --format kustomize needs -o DIR", file=sys.stderr)
+        return 2
+    if args.output is None:
+        sys.stdout.write(dump_all(manifests))
+        return 0
+    if args.format == "kustomize":
+        written = write_kustomize(manifests, args.output, spec.metadata.namespace)
+    else:
+        written = write_files(manifests, args.output)
     print(f"wrote {len(written)} file(s) to {args.output}", file=sys.stderr)
     return 0

@@ -12,6 +12,7 @@ from podserve.kube.lint.rules import (
     cpu,
     credentials,
     disruption,
+    gateway,
     generative,
     gpu,
     gpu_labels,
@@ -85,6 +86,7 @@ ALL_RULES: tuple[Rule, ...] = tuple(
             asyncq.CONSUMER_NO_DEAD_LETTER,
             asyncq.CONSUMER_GRACE_SHORT,
             asyncq.REDIS_STREAMS_PENDING_NO_WAKE,
+            gateway.GATEWAY_REPLICAS_WITHOUT_SHARED_STORE,
         ),
         key=lambda rule: rule.id,
     )

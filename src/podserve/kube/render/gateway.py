@@ -1,0 +1,209 @@
+"""`kind: Gateway` to manifests: ConfigMap, Deployment (>= 2 replicas, spread over nodes),
+Service, PodDisruptionBudget, HPA on CPU, NetworkPolicy. Secrets are referenced, never
+rendered: the store URL/DSN and hosted API keys come from `secretKeyRef`s.
+
+A gateway is a CPU-bound proxy that holds no model, so CPU utilisation is the right
+autoscaling signal here (unlike a GPU model pod, where `hpa-cpu-on-gpu` objects).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import yaml
+
+from podserve.config.gateway_spec import Gateway
+from podserve.kube import conventions as c
+from podserve.kube.order import in_apply_order
+from podserve.kube.render.pod import container_security, pod_security
+from podserve.kube.types import Manifest
+
+COMPONENT = "gateway"
+CONFIG_DIR = "/etc/podserve-gateway"
+CONFIG_FILE = "gateway.yaml"
+
+
+def _meta(gw: Gateway, name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": gw.metadata.namespace,
+        "labels": {
+            c.NAME_LABEL: gw.metadata.name,
+            c.COMPONENT_LABEL: COMPONENT,
+            c.MANAGED_BY_LABEL: "podserve",
+        },
+    }
+
+
+def _selector(gw: Gateway) -> dict[str, str]:
+    return {c.NAME_LABEL: gw.metadata.name, c.COMPONENT_LABEL: COMPONENT}
+
+
+def gateway_config_text(gw: Gateway) -> str:
+    body = gw.spec.config.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return yaml.safe_dump(body, sort_keys=True)
+
+
+def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": "http"},
+        "periodSeconds": period,
+        "failureThreshold": failures,
+        "timeoutSeconds": 2,
+    }
+
+
+def _deployment(gw: Gateway, config_text: str) -> Manifest:
+    spec = gw.spec
+    checksum = hashlib.sha256(config_text.encode()).hexdigest()
+    env = [
+        {"name": s.env, "valueFrom": {"secretKeyRef": {"name": s.secret, "key": s.key}}}
+        for s in spec.secrets
+    ]
+    container = {
+        "name": COMPONENT,
+        "image": spec.image,
+        "command": ["podserve"],
+        "args": [COMPONENT, "--config", f"{CONFIG_DIR}/{CONFIG_FILE}", "--port", str(spec.port)],
+        "ports": [{"name": "http", "containerPort": spec.port, "protocol": "TCP"}],
+        "env": env,
+        "resources": {
+            "requests": {"cpu": spec.cpu, "memory": spec.memory},
+            "limits": {"memory": spec.memory},
+        },
+        "startupProbe": _probe(c.READINESS_PATH, 2, 30),
+        "readinessProbe": _probe(c.READINESS_PATH, 5, 2),
+        "livenessProbe": _probe(c.LIVENESS_PATH, 10, 3),
+        # Endpoints stop sending before the process stops taking connections.
+        "lifecycle": {"preStop": {"sleep": {"seconds": 5}}},
+        "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
+        "securityContext": container_security(),
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(gw, gw.metadata.name),
+        "spec": {
+            "replicas": spec.replicas,
+            "selector": {"matchLabels": _selector(gw)},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+            },
+            "template": {
+                "metadata": {
+                    "labels": _selector(gw),
+                    "annotations": {c.CONFIG_CHECKSUM: checksum},
+                },
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "terminationGracePeriodSeconds": 60,
+                    "securityContext": pod_security(),
+                    "containers": [container],
+                    "volumes": [
+                        {"name": "config", "configMap": {"name": f"{gw.metadata.name}-config"}}
+                    ],
+                    # Never two replicas on one node (a node loss must not take the
+                    # whole gateway); zones as a preference.
+                    "topologySpreadConstraints": [
+                        {
+                            "maxSkew": 1,
+                            "topologyKey": key,
+                            "whenUnsatisfiable": when,
+                            "labelSelector": {"matchLabels": _selector(gw)},
+                            "matchLabelKeys": ["pod-template-hash"],
+                        }
+                        for key, when in (
+                            (c.HOSTNAME_KEY, "DoNotSchedule"),
+                            (c.ZONE_KEY, "ScheduleAnyway"),
+                        )
+                    ],
+                },
+            },
+        },
+    }
+
+
+def render_gateway(gw: Gateway) -> tuple[Manifest, ...]:
+    spec = gw.spec
+    name = gw.metadata.name
+    config_text = gateway_config_text(gw)
+    objects: list[Manifest] = [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": _meta(gw, f"{name}-config"),
+            "data": {CONFIG_FILE: config_text},
+        },
+        _deployment(gw, config_text),
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": _meta(gw, name),
+            "spec": {
+                "selector": _selector(gw),
+                "ports": [
+                    {"name": "http", "port": spec.port, "targetPort": "http", "protocol": "TCP"}
+                ],
+            },
+        },
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": _meta(gw, name),
+            "spec": {
+                "maxUnavailable": 1,
+                "selector": {"matchLabels": _selector(gw)},
+                "unhealthyPodEvictionPolicy": "AlwaysAllow",
+            },
+        },
+        {
+            "apiVersion": "autoscaling/v2",
+            "kind": "HorizontalPodAutoscaler",
+            "metadata": _meta(gw, name),
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+                "minReplicas": spec.replicas,
+                "maxReplicas": spec.max_replicas,
+                # Scale up at once; scale down slowly so a bursty hour keeps its capacity.
+                "behavior": {
+                    "scaleUp": {"stabilizationWindowSeconds": 0},
+                    "scaleDown": {"stabilizationWindowSeconds": 600},
+                },
+                "metrics": [
+                    {
+                        "type": "Resource",
+                        "resource": {
+                            "name": "cpu",
+                            "target": {
+                                "type": "Utilization",
+                                "averageUtilization": spec.target_cpu_percent,
+                            },
+                        },
+                    }
+                ],
+            },
+        },
+        _network_policy(gw),
+    ]
+    return tuple(in_apply_order(objects))
+
+
+def _network_policy(gw: Gateway) -> Manifest:
+    rule: dict[str, Any] = {"ports": [{"port": gw.spec.port, "protocol": "TCP"}]}
+    if gw.spec.allow_from_namespaces:
+        rule["from"] = [
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
+            for ns in gw.spec.allow_from_namespaces
+        ]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(gw, gw.metadata.name),
+        "spec": {
+            "podSelector": {"matchLabels": _selector(gw)},
+            "policyTypes": ["Ingress"],
+            "ingress": [rule],
+        },
+    }

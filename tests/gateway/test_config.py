@@ -1,0 +1,52 @@
+"""The config contract: issue 14's example keys work as written; typos are refused."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from podserve.config.gateway_config import RedisPostgresStore, SqliteStore, load_gateway_config
+from podserve.core.errors import InvalidInput
+from tests.gateway.support import ROOT
+
+
+def test_the_issue_example_loads_as_written() -> None:
+    config = load_gateway_config((ROOT / "examples/gateway/gateway.yaml").read_text())
+    assert config.store == SqliteStore(kind="sqlite", path="gateway.db")
+    assert config.pools[0].endpoints == ["http://127.0.0.1:8000"]
+    assert config.pools[0].weight == 100
+    assert config.fallbacks[0].base_url == "http://127.0.0.1:9000/v1"
+    assert config.fallbacks[0].api_key_env == "HOSTED_API_KEY"
+    assert config.prices["tiny-lm"].per_million_usd() == (Decimal("1.0"), Decimal("2.0"))
+    assert config.defaults.max_tokens == 256
+    shared = load_gateway_config(
+        "store: {kind: redis-postgres, redis: 'redis://r:6379/0', postgres: 'postgresql://p'}"
+    )
+    assert isinstance(shared.store, RedisPostgresStore)
+
+
+def test_a_gpu_hour_price_is_cost_over_throughput() -> None:
+    config = load_gateway_config("prices: {m: {gpuHourUsd: 3.6, tokensPerSecond: 1000}}")
+    # 3.6 USD / 3.6M tokens = 1 USD per million, input and output alike.
+    assert config.prices["m"].per_million_usd() == (Decimal(1), Decimal(1))
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("pools: [{name: a, models: [m], endpoints: [x], wieght: 3}]", "wieght"),
+        ("store: {kind: redis-postgres, redis: r}", "postgres"),
+        ("prices: {m: {inputPerMillionUsd: 1}}", "outputPerMillionUsd"),
+        ("defaults: {onBudgetShort: maybe}", "onBudgetShort"),
+        ("- a list", "mapping"),
+        (
+            "pools: [{name: a, models: [m], endpoints: [x]}, {name: a, models: [m], "
+            "endpoints: [y]}]",
+            "unique",
+        ),
+    ],
+)
+def test_bad_configs_name_the_problem(text: str, needle: str) -> None:
+    with pytest.raises(InvalidInput, match=needle):
+        load_gateway_config(text)
