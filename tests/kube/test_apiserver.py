@@ -254,3 +254,46 @@ def test_render_refuses_output_the_cluster_would_reject(
     assert out == ""
     assert "minAvailable and maxUnavailable cannot be both set" in err
     assert "the cluster would reject this output" in err
+
+
+def test_prestop_sleep_within_the_grace_period() -> None:
+    deployment = one(rendered(), "Deployment", "llama")
+    grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    server(deployment)["lifecycle"]["preStop"]["sleep"]["seconds"] = grace + 1
+    assert messages(deployment) == [
+        f"spec.template.spec.containers[0].lifecycle.preStop.sleep.seconds: Invalid value: "
+        f"{grace + 1}: must be non-negative and less than terminationGracePeriodSeconds ({grace})"
+    ]
+    # Without a grace period the API default of 30 s applies.
+    del deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    server(deployment)["lifecycle"]["preStop"]["sleep"]["seconds"] = 31
+    assert messages(deployment)[0].endswith("terminationGracePeriodSeconds (30)")
+
+
+def test_topology_spread_constraints() -> None:
+    deployment = one(rendered(), "Deployment", "llama")
+    selector = {"matchLabels": {"app.kubernetes.io/name": "llama"}}
+    hostname = "kubernetes.io/hostname"
+    deployment["spec"]["template"]["spec"]["topologySpreadConstraints"] = [
+        {
+            "maxSkew": 1,
+            "topologyKey": hostname,
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": selector,
+            "matchLabelKeys": ["pod-template-hash", "app.kubernetes.io/name"],
+        },
+        {"maxSkew": 0, "topologyKey": hostname, "whenUnsatisfiable": "ScheduleAnyway",
+         "minDomains": 2, "matchLabelKeys": ["pod-template-hash"]},
+        {"maxSkew": 1, "topologyKey": hostname, "whenUnsatisfiable": "DoNotSchedule",
+         "labelSelector": selector},
+    ]  # fmt: skip
+    at = "spec.template.spec.topologySpreadConstraints"
+    assert messages(deployment) == [
+        f'{at}[0].matchLabelKeys[1]: Invalid value: "app.kubernetes.io/name": exists in both '
+        "matchLabelKeys and labelSelector",
+        f"{at}[1].maxSkew: Invalid value: 0: must be greater than zero",
+        f"{at}[1].minDomains: Invalid value: 2: can only use minDomains if "
+        "whenUnsatisfiable=DoNotSchedule, not ScheduleAnyway",
+        f"{at}[1].matchLabelKeys: Forbidden: must not be specified when labelSelector is not set",
+        f'{at}[2]: Duplicate value: "{{{hostname}, DoNotSchedule}}"',
+    ]

@@ -71,6 +71,15 @@ PORTED_CHECKS: tuple[PortedCheck, ...] = (
                 "15 characters", CORE_VALIDATION),
     PortedCheck("pods, pod templates", "probe names a port its container declares (warning: "
                 "accepted, fails at run time)", "port <name> not found", KUBELET_PROBER),
+    PortedCheck("pods, pod templates", "preStop/postStart sleep within the grace period "
+                "(30 s when unset)", "lifecycle.preStop.sleep.seconds: Invalid value: 40: must "
+                "be non-negative and less than terminationGracePeriodSeconds (30)",
+                CORE_VALIDATION),
+    PortedCheck("pods, pod templates", "topology spread: maxSkew > 0, minDomains only with "
+                "DoNotSchedule, no duplicate (topologyKey, whenUnsatisfiable), matchLabelKeys "
+                "beside a labelSelector and disjoint from it",
+                'topologySpreadConstraints[0].matchLabelKeys[0]: Invalid value: "app": exists '
+                "in both matchLabelKeys and labelSelector", CORE_VALIDATION),
     PortedCheck("Deployment, ReplicaSet, StatefulSet, DaemonSet", "selector matches the "
                 "template labels, and is not empty",
                 "spec.template.metadata.labels: Invalid value: <labels>: `selector` does not "

@@ -7,6 +7,10 @@ OpenAPI schema lets through, and one mistake it accepts that only fails at run t
   `IsOvercommitAllowed` in pkg/apis/core/helper/helpers.go);
 - container port names: IANA_SVC_NAME, at most 15 characters, unique in the container
   (`validateContainerPorts` with apimachinery's `IsValidPortName`);
+- preStop/postStart sleeps within the grace period (`validateSleepAction`);
+- topology spread: maxSkew above 0, minDomains only with DoNotSchedule, one constraint per
+  (topologyKey, whenUnsatisfiable), matchLabelKeys only beside a labelSelector and never
+  naming one of its keys (`validateTopologySpreadConstraints`);
 - a probe naming a port no container declares: accepted, then the kubelet cannot resolve
   it (`findPortByName` returns `port <name> not found`, the Atoi fallback fails) and the probe
   errors on every period: a warning, not an API error.
@@ -181,6 +185,78 @@ def _probe_ports(
             )
 
 
+def _sleep(obj: str, ctr: dict[str, Any], path: Path, grace: Any) -> Iterator[FieldError]:
+    """`validateSleepAction`: a preStop/postStart sleep within the grace period (the
+    message of 1.33+, where PodLifecycleSleepActionAllowZero is on by default)."""
+    for hook in ("preStop", "postStart"):
+        sleep = mapping(mapping(mapping(ctr.get("lifecycle")).get(hook)).get("sleep"))
+        seconds = sleep.get("seconds")
+        if isinstance(seconds, int) and isinstance(grace, int) and not 0 <= seconds <= grace:
+            yield FieldError(
+                obj, str(path.child("lifecycle", hook, "sleep", "seconds")), ErrorType.INVALID,
+                seconds,
+                f"must be non-negative and less than terminationGracePeriodSeconds ({grace})",
+                CORE_VALIDATION,
+            )  # fmt: skip
+
+
+def _spread(obj: str, pod: dict[str, Any], path: Path) -> Iterator[FieldError]:
+    """`validateTopologySpreadConstraints` with the template form of
+    `ValidateMatchLabelKeysInTopologySpread` (a pod template is not merged first)."""
+    seen: set[tuple[str, str]] = set()
+    for i, constraint in enumerate(items(pod.get("topologySpreadConstraints"))):
+        constraint = mapping(constraint)
+        at = path.child("topologySpreadConstraints").index(i)
+        skew = constraint.get("maxSkew")
+        if isinstance(skew, int) and skew <= 0:
+            yield FieldError(
+                obj,
+                str(at.child("maxSkew")),
+                ErrorType.INVALID,
+                skew,
+                "must be greater than zero",
+                CORE_VALIDATION,
+            )
+        when = str(constraint.get("whenUnsatisfiable", ""))
+        if "minDomains" in constraint and when == "ScheduleAnyway":
+            yield FieldError(
+                obj,
+                str(at.child("minDomains")),
+                ErrorType.INVALID,
+                constraint["minDomains"],
+                "can only use minDomains if whenUnsatisfiable=DoNotSchedule, not ScheduleAnyway",
+                CORE_VALIDATION,
+            )
+        pair = (str(constraint.get("topologyKey", "")), when)
+        if pair in seen:
+            yield FieldError(
+                obj, str(at), ErrorType.DUPLICATE, f"{{{pair[0]}, {pair[1]}}}", "", CORE_VALIDATION
+            )
+        seen.add(pair)
+        keys = [str(k) for k in items(constraint.get("matchLabelKeys"))]
+        selector = constraint.get("labelSelector")
+        if keys and not isinstance(selector, dict):
+            yield FieldError(
+                obj,
+                str(at.child("matchLabelKeys")),
+                ErrorType.FORBIDDEN,
+                None,
+                "must not be specified when labelSelector is not set",
+                CORE_VALIDATION,
+            )
+            continue
+        selected = set(mapping(mapping(selector).get("matchLabels")))
+        selected |= {
+            str(mapping(e).get("key")) for e in items(mapping(selector).get("matchExpressions"))
+        }
+        for j, key in enumerate(keys):
+            if key in selected:
+                yield FieldError(
+                    obj, str(at.child("matchLabelKeys").index(j)), ErrorType.INVALID, key,
+                    "exists in both matchLabelKeys and labelSelector", CORE_VALIDATION,
+                )  # fmt: skip
+
+
 def check_pod_spec(obj: str, pod: dict[str, Any], path: Path) -> Iterator[FieldError]:
     """Every check above over one pod spec at `path` (`spec` or `spec.template.spec`)."""
     containers = [
@@ -194,8 +270,12 @@ def check_pod_spec(obj: str, pod: dict[str, Any], path: Path) -> Iterator[FieldE
         for p in items(ctr.get("ports"))
         if mapping(p).get("name")
     }
+    # SetDefaults_PodSpec fills in 30 s before validation runs.
+    grace = pod.get("terminationGracePeriodSeconds", 30)
     for section, i, ctr in containers:
         base = path.child(section).index(i)
         yield from _resources(obj, ctr, base.child("resources"))
+        yield from _sleep(obj, ctr, base, grace)
         yield from _ports(obj, ctr, base.child("ports"))
         yield from _probe_ports(obj, ctr, base, declared)
+    yield from _spread(obj, pod, path)
