@@ -1,0 +1,99 @@
+"""Serving as aggregate accounting, one simulated second at a time (no request objects).
+
+A workload's ready pods share its arrivals evenly (the Service balances them). Each pod
+serves up to `concurrency` requests at once, queues up to `maxQueue` more and rejects the
+rest with 503, like podserve's admission (DESIGN.md §3). Completions per second are the
+busy slots divided by the service time; latency is the service time plus the wait: the
+fluid backlog ahead (Little's law) when saturated, else the M/M/c (Erlang C) 99th
+percentile of waiting. Every request is counted once: admitted requests end served or cut,
+the rest are rejected."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from podserve.kube.simulate.objects import ServingParams
+
+P99_TAIL = 0.01
+
+
+def erlang_c(servers: int, offered: float) -> float:
+    """Probability an arrival waits in an M/M/c queue with `offered` = λ/μ erlangs."""
+    if offered <= 0:
+        return 0.0
+    if offered >= servers:
+        return 1.0
+    term = 1.0
+    total = 1.0
+    for k in range(1, servers):
+        term *= offered / k
+        total += term
+    term *= offered / servers
+    tail = term * servers / (servers - offered)
+    return tail / (total + tail)
+
+
+@dataclass(slots=True)
+class Fleet:
+    """The ready pods of one workload, as one pool of slots."""
+
+    params: ServingParams
+    in_system: int = 0  # admitted, not finished, on ready pods (running + queued)
+    carry: float = 0.0
+    last_p99_s: float = 0.0
+    _wait_cache: dict[tuple[int, int], float] = field(default_factory=dict)
+
+    def completions(self, in_system: int, slots: int, carry: float) -> tuple[int, float]:
+        busy = min(in_system, slots)
+        work = busy / self.params.service_s + carry
+        done = min(in_system, math.floor(work))
+        return done, (work - done if done < in_system else 0.0)
+
+    def step(self, arrivals: int, ready: int) -> tuple[int, int, float]:
+        """One second: (served, rejected, p99 latency in seconds; 0 when nothing ran)."""
+        if ready <= 0:
+            return 0, arrivals, 0.0
+        p = self.params
+        slots = ready * p.concurrency
+        limit = ready * (p.concurrency + p.max_queue)
+        admitted = max(0, min(arrivals, limit - self.in_system))
+        rejected = arrivals - admitted
+        self.in_system += admitted
+        done, self.carry = self.completions(self.in_system, slots, self.carry)
+        waiting = max(0, self.in_system - slots)
+        self.in_system -= done
+        p99 = self._p99(admitted, ready, waiting)
+        if p99:
+            self.last_p99_s = p99
+        return done, rejected, p99
+
+    def _p99(self, admitted: int, ready: int, waiting: int) -> float:
+        p = self.params
+        if waiting > 0:
+            return p.service_p99_s + waiting * p.service_s / (ready * p.concurrency)
+        per_pod = admitted / ready
+        key = (p.concurrency, round(per_pod * 10))
+        wait = self._wait_cache.get(key)
+        if wait is None:
+            rate = 1.0 / p.service_s
+            offered = per_pod / rate
+            pw = erlang_c(p.concurrency, offered)
+            slack = p.concurrency * rate - per_pod
+            wait = math.log(pw / P99_TAIL) / slack if pw > P99_TAIL and slack > 0 else 0.0
+            self._wait_cache[key] = wait
+        return p.service_p99_s + wait if admitted else 0.0
+
+    def take_share(self, ready: int) -> int:
+        """A pod leaves the endpoints: it keeps its share of what is in flight."""
+        if ready <= 0:
+            return 0
+        share = -(-self.in_system // ready)  # ceil: what rounding leaves goes with the pod
+        self.in_system -= share
+        return share
+
+
+def drain_step(params: ServingParams, inflight: int) -> int:
+    """Requests a terminating pod finishes in one second."""
+    busy = min(inflight, params.concurrency)
+    return min(inflight, max(1, math.floor(busy / params.service_s))) if inflight else 0
