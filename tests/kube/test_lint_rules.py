@@ -277,3 +277,30 @@ def test_generative_caps_of_other_servers() -> None:
         " args: [--max-num-seqs=64, --max-model-len, '8192']}]"
     )
     assert not found(deployment(vllm), "generative-no-caps")
+
+
+def test_podserve_output_is_checked_through_its_stored_spec() -> None:
+    # podserve render stores the ModelService in the ConfigMap the pods mount; the size,
+    # generative flag and the canary's own model are read from there when no annotation
+    # says so, so the examples pass these rules on their merits.
+    from podserve.kube.lint.context import LintContext
+    from podserve.kube.lint.signals import model_size_bytes, stored_model
+    from podserve.kube.render import render
+    from podserve.kube.types import Document, Source
+    from tests.kube.paths import EXAMPLES, load_example
+
+    example = next(p for p in EXAMPLES if p.stem == "llm-gpu-keda-canary")
+    manifests = [dict(m) for m in render(load_example(example)).manifests]
+    documents = [Document(m, Source("rendered", 1)) for m in manifests]
+    ctx = LintContext.build(documents)
+    stable = next(p for p in ctx.pods if p.name == "llama")
+    canary = next(p for p in ctx.pods if p.name == "llama-canary")
+    assert stored_model(ctx, stable)["uri"] != stored_model(ctx, canary)["uri"]
+    assert model_size_bytes(ctx, stable) == 16 * 2**30
+    assert lint_documents(documents, ALL_RULES).findings == ()
+
+    server = next(c for c in stable.pod["containers"] if c["name"] == "server")
+    server["resources"]["limits"]["memory"] = server["resources"]["requests"]["memory"] = "12Gi"
+    server["env"] = [e for e in server["env"] if "MAX_CONTEXT" not in e["name"]]
+    found_ids = {f.rule_id for f in lint_documents(documents, ALL_RULES).findings}
+    assert {"memory-below-model-size", "generative-no-caps"} <= found_ids

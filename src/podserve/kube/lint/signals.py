@@ -20,6 +20,9 @@ from collections.abc import Iterator, Mapping
 from decimal import Decimal
 from typing import Any
 
+import yaml
+
+from podserve.kube import conventions as c
 from podserve.kube.lint.context import LintContext
 from podserve.kube.lint.pods import Container, PodView, is_gpu_resource, quantity
 from podserve.kube.types import Document
@@ -57,9 +60,47 @@ def server_container(pod: PodView) -> Container | None:
     return containers[0] if containers else None
 
 
-def model_size_bytes(pod: PodView) -> Decimal | None:
+def stored_model(ctx: LintContext, pod: PodView) -> Mapping[str, Any]:
+    """The pod's `model` section of the ModelService podserve render stores in the
+    ConfigMap the pod mounts (`modelservice.yaml`): the canary's when the pod's model URI
+    is the canary's. Empty for pods podserve did not render."""
+    names = {
+        str((v.get("configMap") or {}).get("name")) for v in pod.volumes() if v.get("configMap")
+    }
+    for doc in ctx.of_kind("ConfigMap"):
+        meta = doc.manifest.get("metadata") or {}
+        text = (doc.manifest.get("data") or {}).get(c.SPEC_FILE)
+        if meta.get("name") not in names or str(meta.get("namespace", "")) != pod.namespace:
+            continue
+        if not isinstance(text, str):
+            continue
+        try:
+            spec = (yaml.safe_load(text) or {}).get("spec") or {}
+        except yaml.YAMLError:
+            return {}
+        models = [spec.get("model") or {}, (spec.get("canary") or {}).get("model") or {}]
+        uri = pod.annotations.get(c.MODEL_URI)
+        for model in models:
+            if isinstance(model, Mapping) and model.get("uri") == uri:
+                return model
+        return models[0] if isinstance(models[0], Mapping) else {}
+    return {}
+
+
+def model_size_bytes(ctx: LintContext, pod: PodView) -> Decimal | None:
+    """From the `podserve.dev/model-size` annotation, else the stored spec's sizeGi."""
     value = pod.annotations.get(MODEL_SIZE)
-    return quantity(value) if value else None
+    if value:
+        return quantity(value)
+    size = stored_model(ctx, pod).get("sizeGi")
+    return Decimal(str(size)) * GIB if isinstance(size, int | float) else None
+
+
+def generative(ctx: LintContext, pod: PodView) -> bool:
+    """From the `podserve.dev/generative` annotation, else the stored spec."""
+    if pod.annotations.get(GENERATIVE, "").lower() == "true":
+        return True
+    return stored_model(ctx, pod).get("generative") is True
 
 
 def _memory_from_name(name: str) -> Decimal | None:

@@ -7,12 +7,13 @@ from collections.abc import Iterator
 
 from podserve.kube.lint.context import LintContext
 from podserve.kube.lint.model import Hit, Rule
-from podserve.kube.lint.pods import Container
+from podserve.kube.lint.pods import Container, PodView
 from podserve.kube.lint.signals import (
     GENERATIVE,
     args_of,
     env_names,
     flag_value,
+    generative,
     server_container,
 )
 from podserve.kube.types import Severity
@@ -32,8 +33,8 @@ _FLAG_CAPS = (
 _ENGINES = ("vllm", "text-generation-launcher", "text-generation-inference", "sglang")
 
 
-def _generative(annotations: dict[str, str], ctr: Container) -> bool:
-    if annotations.get(GENERATIVE, "").lower() == "true":
+def _generative(ctx: LintContext, pod: PodView, ctr: Container) -> bool:
+    if generative(ctx, pod):
         return True
     text = " ".join([str(ctr.spec.get("image", "")), *args_of(ctr)]).lower()
     return any(engine in text for engine in _ENGINES)
@@ -42,7 +43,7 @@ def _generative(annotations: dict[str, str], ctr: Container) -> bool:
 def _no_caps(ctx: LintContext) -> Iterator[Hit]:
     for pod in ctx.pods:
         ctr = server_container(pod)
-        if ctr is None or not _generative(dict(pod.annotations), ctr):
+        if ctr is None or not _generative(ctx, pod, ctr):
             continue
         args, env = args_of(ctr), env_names(ctr)
         missing = [

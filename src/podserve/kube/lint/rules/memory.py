@@ -36,7 +36,7 @@ def _gib(value: Decimal) -> str:
 
 def _memory_below(ctx: LintContext) -> Iterator[Hit]:
     for pod in ctx.pods:
-        size = model_size_bytes(pod)
+        size = model_size_bytes(ctx, pod)
         ctr = server_container(pod)
         if size is None or ctr is None:
             continue
@@ -72,7 +72,7 @@ MEMORY_BELOW_MODEL_SIZE = Rule(
 
 def _exceeds_device(ctx: LintContext) -> Iterator[Hit]:
     for pod in ctx.pods:
-        size = model_size_bytes(pod)
+        size = model_size_bytes(ctx, pod)
         ctr = server_container(pod)
         if size is None or ctr is None:
             continue
