@@ -103,6 +103,11 @@ class Replica:
     def start(self) -> Replica:
         log = self.log_path.open("ab")
         env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+        # PODSERVE_BENCH_SRC: measure another source tree (e.g. a `git archive` of a
+        # commit) with this environment's dependencies; it wins over the editable install.
+        source = os.environ.get("PODSERVE_BENCH_SRC")
+        if source:
+            env["PYTHONPATH"] = str(Path(source).resolve())
         self.process = subprocess.Popen(
             self.command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT
         )
@@ -352,5 +357,14 @@ async def probe_loop(
 
 
 def write_report(path: Path, report: dict[str, Any]) -> None:
+    """The report, with what was measured: the source tree and the repository's HEAD."""
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=False
+    ).stdout.strip()
+    report = {
+        **report,
+        "podserve_src": os.environ.get("PODSERVE_BENCH_SRC", "working tree"),
+        "git_head": head,
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
