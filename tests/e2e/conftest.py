@@ -31,3 +31,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     ) as process:
         wait_until(lambda: process.get("/ready").status_code == 200, timeout_s=60, what="ready")
         yield process
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test here runs a real `podserve serve` process: mark it `e2e`."""
+    here = Path(__file__).parent
+    for item in items:
+        if item.path.is_relative_to(here):
+            item.add_marker(pytest.mark.e2e)

@@ -36,20 +36,21 @@ def serve(repository: ModelRepository, name: str) -> StubWorker:
 
 def test_states_from_starting_to_stopped(tmp_path: Path) -> None:
     lifecycle, repository, _ = make(tmp_path, "a")
-    assert lifecycle.state is State.STARTING
+    states = [lifecycle.state]
     repository.entry("a").state = ModelState.LOADING
-    assert lifecycle.state is State.LOADING
+    states.append(lifecycle.state)
     assert not lifecycle.startup().ok
     serve(repository, "a")
     lifecycle.loading_finished()
-    assert lifecycle.state is State.READY
+    states.append(lifecycle.state)
     startup = lifecycle.startup()
     assert startup.ok
     assert startup.details["progress"] == "1/1"
     lifecycle.begin_drain()
-    assert lifecycle.state is State.DRAINING
+    states.append(lifecycle.state)
     lifecycle.stop()
-    assert lifecycle.state is State.STOPPED
+    states.append(lifecycle.state)
+    assert states == [State.STARTING, State.LOADING, State.READY, State.DRAINING, State.STOPPED]
 
 
 def test_ready_lists_every_failing_reason(tmp_path: Path) -> None:

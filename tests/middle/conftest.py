@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -28,7 +29,7 @@ from podserve.server.grpc import start_grpc_server, stop_grpc_server
 from tests.middle.gated import GATES, Gate
 from tests.support.server import write_model
 
-GATED = {
+GATED: dict[str, Any] = {
     "runtime": "custom",
     "model_class": "tests.middle.gated:GatedModel",
     "batching": {"enabled": False},

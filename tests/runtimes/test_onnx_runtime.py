@@ -45,7 +45,7 @@ def test_mlp_matches_the_onnx_reference_evaluator(mlp: OnnxModel) -> None:
     x = DIGITS[:50].astype(np.float32)
     out = infer(mlp, request(tensor("input", x)))
     reference = ReferenceEvaluator(str(EXAMPLES / "mlp" / "model.onnx"))
-    label, probabilities = reference.run(None, {"input": x})
+    label, probabilities = (np.asarray(o) for o in reference.run(None, {"input": x}))
     np.testing.assert_array_equal(out["label"].data, label)
     np.testing.assert_allclose(out["probabilities"].data, probabilities, rtol=1e-4, atol=1e-5)
     assert (out["label"].data == DIGIT_LABELS[:50]).mean() > 0.9

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import threading
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -25,9 +26,7 @@ def _background(
     return thread
 
 
-def _slow_server(
-    tmp_path: Path, *extra: str, delay_s: float = 1.0, **config: object
-) -> ServerProcess:
+def _slow_server(tmp_path: Path, *extra: str, delay_s: float = 1.0, **config: Any) -> ServerProcess:
     write_model(
         tmp_path,
         "slow",
