@@ -164,6 +164,10 @@ class Simulation:
         self.refused: list[tuple[float, str, str]] = []
         self.draining: set[Node] = set()
         self.rejected_at_zero = 0
+        self.columns: dict[str, list[float]] = {c: [] for c in COLUMNS}
+        self.serving_names = sorted(self.fleets)
+        self.last_cut = 0
+        self.t = 0
         for event in options.events:
             self._check(event)
             world.push(event.t, "user", event)
@@ -260,95 +264,100 @@ class Simulation:
 
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> Result:
-        world = self.world
+        """Every second of the duration, then the result."""
         duration = self.options.duration_s
-        columns: dict[str, list[float]] = {c: [] for c in COLUMNS}
-        serving_names = sorted(self.fleets)
         progress = self.options.progress
         report_every = max(1, duration // 20)
-        last_cut = 0
-        for t in range(duration):
-            now = float(t)
-            if world.next_due() <= now:
-                for kind, obj, epoch in list(world.pop_due(now)):
-                    if world.handle(kind, obj, epoch, now):
-                        continue
-                    if kind == "user" and isinstance(obj, Event):
-                        self._user(obj, now)
-                    elif (
-                        kind == "drain-retry"
-                        and isinstance(obj, Node)
-                        and (obj.removed_t is None or obj.removed_t > now)
-                    ):
-                        self._drain(obj, now)
-            if world.dirty_owners:
-                dirty, world.dirty_owners = world.dirty_owners, set()
-                for name in sorted(dirty):
-                    controller = self.controllers.get(name)
-                    if controller is not None:
-                        controller.sync(now)
-            if world.dirty_schedule and world.pending:
-                world.schedule_pending(now)
-            if t % SYNC_PERIOD_S == 0:
-                self._hpa_round(now)
-            for keda in self.kedas:
-                if now >= keda.next_poll_t:
-                    self._keda_poll(keda, now)
-            if self.autoscaler is not None and now >= self.autoscaler.next_scan_t:
-                self.autoscaler.scan(now, self.evict)
-            # Serving.
-            served = rejected = 0
-            p99 = 0.0
-            queue = inflight = 0
-            for name in serving_names:
-                fleet = self.fleets[name]
-                ready = world.ready.get(name, 0)
-                done, refused, latency = fleet.step(self.arrivals[name][t], ready)
-                served += done
-                rejected += refused
-                if ready == 0:
-                    self.rejected_at_zero += refused
-                p99 = max(p99, latency)
-                params = fleet.params
-                queue += max(0, fleet.in_system - ready * params.concurrency)
-                inflight += fleet.in_system
-            if not serving_names:
-                rejected += self.offered_total[t]  # nothing serves: every request fails
-            for pod in list(world.terminating):
-                owner = self.fleets.get(pod.owner)
-                if owner is not None and pod.inflight:
-                    done = drain_step(owner.params, pod.inflight)
-                    pod.inflight -= done
-                    served += done
-                    inflight += pod.inflight
-                    if pod.inflight == 0:
-                        world.push(max(now, pod.prestop_end_t), "pod-exit", pod, pod.epoch)
-            counters = world.counters
-            counters.served += served
-            counters.rejected += rejected
-            counters.cost_usd += world.cost_rate_per_s
-            counters.gpu_seconds += world.gpus_bound
-            for controller in self.controllers.values():
-                controller.observe(now)
-            columns["replicas_desired"].append(
-                sum(self.controllers[n].replicas for n in serving_names)
-            )
-            columns["replicas_ready"].append(sum(world.ready.get(n, 0) for n in serving_names))
-            columns["pending_pods"].append(sum(1 for p in world.pending if not p.tenant))
-            columns["queue_depth"].append(queue)
-            columns["inflight"].append(inflight)
-            columns["offered"].append(self.offered_total[t])
-            columns["served"].append(served)
-            columns["rejected"].append(rejected)
-            columns["cut"].append(counters.cut - last_cut)
-            last_cut = counters.cut
-            columns["gpus_in_use"].append(world.gpus_bound)
-            columns["nodes"].append(len(world.nodes))
-            columns["cost_usd"].append(counters.cost_usd)
-            columns["latency_p99_s"].append(p99)
+        for t in range(self.t, duration):
+            self.step(t)
             if progress is not None and (t + 1) % report_every == 0:
                 progress(t + 1, duration)
-        return self._result(columns)
+        return self._result(self.columns)
+
+    def step(self, t: int) -> None:
+        """Simulate second `t` (seconds must come in order, each once)."""
+        world = self.world
+        columns = self.columns
+        serving_names = self.serving_names
+        self.t = t + 1
+        now = float(t)
+        if world.next_due() <= now:
+            for kind, obj, epoch in list(world.pop_due(now)):
+                if world.handle(kind, obj, epoch, now):
+                    continue
+                if kind == "user" and isinstance(obj, Event):
+                    self._user(obj, now)
+                elif (
+                    kind == "drain-retry"
+                    and isinstance(obj, Node)
+                    and (obj.removed_t is None or obj.removed_t > now)
+                ):
+                    self._drain(obj, now)
+        if world.dirty_owners:
+            dirty, world.dirty_owners = world.dirty_owners, set()
+            for name in sorted(dirty):
+                controller = self.controllers.get(name)
+                if controller is not None:
+                    controller.sync(now)
+        if world.dirty_schedule and world.pending:
+            world.schedule_pending(now)
+        if t % SYNC_PERIOD_S == 0:
+            self._hpa_round(now)
+        for keda in self.kedas:
+            if now >= keda.next_poll_t:
+                self._keda_poll(keda, now)
+        if self.autoscaler is not None and now >= self.autoscaler.next_scan_t:
+            self.autoscaler.scan(now, self.evict)
+        # Serving.
+        served = rejected = 0
+        p99 = 0.0
+        queue = inflight = 0
+        for name in serving_names:
+            fleet = self.fleets[name]
+            ready = world.ready.get(name, 0)
+            done, refused, latency = fleet.step(self.arrivals[name][t], ready)
+            served += done
+            rejected += refused
+            if ready == 0:
+                self.rejected_at_zero += refused
+            p99 = max(p99, latency)
+            params = fleet.params
+            queue += max(0, fleet.in_system - ready * params.concurrency)
+            inflight += fleet.in_system
+        if not serving_names:
+            rejected += self.offered_total[t]  # nothing serves: every request fails
+        for pod in list(world.terminating):
+            owner = self.fleets.get(pod.owner)
+            if owner is not None and pod.inflight:
+                done = drain_step(owner.params, pod.inflight)
+                pod.inflight -= done
+                served += done
+                inflight += pod.inflight
+                if pod.inflight == 0:
+                    world.push(max(now, pod.prestop_end_t), "pod-exit", pod, pod.epoch)
+        counters = world.counters
+        counters.served += served
+        counters.rejected += rejected
+        counters.cost_usd += world.cost_rate_per_s
+        counters.gpu_seconds += world.gpus_bound
+        for controller in self.controllers.values():
+            controller.observe(now)
+        columns["replicas_desired"].append(
+            sum(self.controllers[n].replicas for n in serving_names)
+        )
+        columns["replicas_ready"].append(sum(world.ready.get(n, 0) for n in serving_names))
+        columns["pending_pods"].append(sum(1 for p in world.pending if not p.tenant))
+        columns["queue_depth"].append(queue)
+        columns["inflight"].append(inflight)
+        columns["offered"].append(self.offered_total[t])
+        columns["served"].append(served)
+        columns["rejected"].append(rejected)
+        columns["cut"].append(counters.cut - self.last_cut)
+        self.last_cut = counters.cut
+        columns["gpus_in_use"].append(world.gpus_bound)
+        columns["nodes"].append(len(world.nodes))
+        columns["cost_usd"].append(counters.cost_usd)
+        columns["latency_p99_s"].append(p99)
 
     def _finish_in_flight(self) -> int:
         """After the last second nothing else happens: what ready pods hold completes."""
@@ -356,13 +365,17 @@ class Simulation:
         left += sum(p.inflight for p in self.world.terminating if p.inflight)
         return left
 
+    def result(self) -> Result:
+        """The result of the seconds simulated so far."""
+        return self._result(self.columns)
+
     def _result(self, columns: dict[str, list[float]]) -> Result:
         world = self.world
         counters = world.counters
         tail = self._finish_in_flight()
         timeline = {name: np.asarray(values, dtype=np.float64) for name, values in columns.items()}
         return Result(
-            duration_s=self.options.duration_s,
+            duration_s=len(columns["served"]),
             timeline=timeline,
             scale_events=self.scale_events,
             rollouts={n: c.rollout for n, c in self.controllers.items() if c.rollout},

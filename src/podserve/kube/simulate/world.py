@@ -61,6 +61,8 @@ class World:
         self.ready: dict[str, int] = {}
         self.counters = Counters()
         self.log: list[tuple[float, str]] = []
+        # (t, "bind" | "gone", pod, node): the placements, for tests and the summary's log.
+        self.history: list[tuple[float, str, str, str]] = []
         self.dirty_owners: set[str] = set()
         self.dirty_schedule = True
         self.version = 0  # bumps when bindings or nodes change (cluster-autoscaler cache)
@@ -174,6 +176,7 @@ class World:
         pod.phase = Phase.STARTING
         pod.epoch += 1
         self.pending.remove(pod)
+        self.history.append((now, "bind", pod.name, node.name))
         self.version += 1
         if not pod.tenant:
             self.gpus_bound += gpu_count(pod.template.requests)
@@ -267,6 +270,7 @@ class World:
         if pod in self.terminating:
             self.terminating.remove(pod)
         if pod.node is not None:
+            self.history.append((now, "gone", pod.name, pod.node.name))
             pod.node.release(pod)
             if not pod.tenant:
                 self.gpus_bound -= gpu_count(pod.template.requests)
