@@ -69,8 +69,8 @@ GENERATIVE_NO_CAPS = Rule(
     "bytes per token. Without explicit caps the limits are whatever the engine guesses from "
     "the model's maximum context (often 32k-128k tokens): admission cannot reject early, one "
     "burst or a few long prompts exhaust the cache, and requests stall, get preempted or the "
-    f"process runs out of memory. Detected from the {GENERATIVE} annotation or a vLLM, TGI or "
-    "SGLang server.",
+    f"process runs out of memory. Detected from the {GENERATIVE} annotation, the stored "
+    "ModelService's model.generative, or a vLLM, TGI or SGLang server.",
     fix="Set the caps: podserve PODSERVE_MAX_CONCURRENT_SEQUENCES and "
     "PODSERVE_MAX_CONTEXT_TOKENS (spec serving.maxConcurrentSequences / maxContextTokens), "
     "vLLM --max-num-seqs and --max-model-len, TGI --max-concurrent-requests and "

@@ -1,7 +1,7 @@
 """Memory against the model: host RAM while the weights load, device memory while they
-serve. The size comes from the `podserve.dev/model-size` annotation (podserve render writes
-it from `model.sizeGi`; add it to any model pod by hand), the device from the node labels
-the pod selects or the MIG profile it requests (lint/signals.py)."""
+serve. The size comes from the `podserve.dev/model-size` annotation (add it to any model pod
+by hand) or the `model.sizeGi` of the ModelService podserve render stores, the device from
+the node labels the pod selects or the MIG profile it requests (lint/signals.py)."""
 
 from __future__ import annotations
 
@@ -62,8 +62,8 @@ MEMORY_BELOW_MODEL_SIZE = Rule(
     "converted) before the server's steady state even starts; a container whose memory limit "
     "is below the weights plus the process's own footprint is OOM-killed during every load "
     "and crash-loops, each attempt burning the full load time on an expensive node. Page "
-    f"cache of memory-mapped files counts against the cgroup too. Reads the {MODEL_SIZE} "
-    "annotation.",
+    f"cache of memory-mapped files counts against the cgroup too. The size comes from the "
+    f"{MODEL_SIZE} annotation or the sizeGi of the ModelService podserve render stores.",
     fix="Raise resources.memory (request = limit) to at least the model size plus ~2Gi "
     "(plus /dev/shm, which counts against the same limit).",
     check=_memory_below,
@@ -102,8 +102,9 @@ MODEL_EXCEEDS_DEVICE = Rule(
     "exceed the memory of the devices the pod gets fails with CUDA out-of-memory at load or "
     "at the first full batch, on every replica. A MIG slice has only its profile's memory "
     "(1g.10gb: 10 GB) whatever the GPU has; the memory comes from the profile name, GFD's "
-    "nvidia.com/gpu.memory, Karpenter's instance-gpu-memory, or the product name. Reads the "
-    f"{MODEL_SIZE} and {KV_CACHE} annotations.",
+    "nvidia.com/gpu.memory, Karpenter's instance-gpu-memory, or the product name; the size "
+    f"from the {MODEL_SIZE} annotation or the stored ModelService's sizeGi, the KV cache from "
+    f"{KV_CACHE}.",
     fix="Request a larger MIG profile or GPU, more devices with tensor parallelism, a "
     "quantised model, or lower the concurrency and context caps.",
     check=_exceeds_device,
