@@ -1,0 +1,120 @@
+"""KEDA's activation, cooldown and fallback; the serving model's accounting; traces and
+events as the CLI reads them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from podserve.core.errors import InvalidInput
+from podserve.kube.simulate.cron import active_minutes, is_active
+from podserve.kube.simulate.events import parse_event
+from podserve.kube.simulate.keda import KedaController
+from podserve.kube.simulate.objects import Metric, ScaledObject, ServingParams, Signal
+from podserve.kube.simulate.serving import Fleet, erlang_c
+from podserve.kube.simulate.traffic import arrivals, parse_trace, split
+
+
+def scaled_object(**kw: object) -> ScaledObject:
+    base: dict[str, object] = dict(
+        name="m", target="m", polling_s=30, cooldown_s=300, initial_cooldown_s=0,
+        min_replicas=0, max_replicas=10,
+        triggers=(Metric("External", Signal.QUEUE, "AverageValue", 5.0, activation=2.0),),
+        fallback_failures=None, fallback_replicas=None, behavior=None,
+    )
+    base.update(kw)
+    return ScaledObject(**base)  # type: ignore[arg-type]
+
+
+def test_activation_is_strictly_above_the_threshold() -> None:
+    keda = KedaController.for_spec(scaled_object())
+    assert keda.poll(0, 0, [2.0]) is None  # 2 is not > 2
+    assert keda.next_poll_t == 30
+    assert keda.poll(30, 0, [2.5]) == 1
+    keda = KedaController.for_spec(scaled_object(min_replicas=3))
+    assert keda.poll(0, 0, [9.0]) == 3  # activation jumps to minReplicaCount
+
+
+def test_cooldown_to_zero_counts_from_the_last_activity() -> None:
+    keda = KedaController.for_spec(scaled_object())
+    assert keda.poll(0, 1, [5.0]) is None
+    assert keda.poll(200, 1, [0.0]) is None  # 200 s since active < 300
+    assert keda.poll(300, 1, [0.0]) == 0
+    # Never active: scales to zero once the initial cooldown has passed.
+    keda = KedaController.for_spec(scaled_object(initial_cooldown_s=60))
+    assert keda.poll(0, 1, [0.0]) is None
+    assert keda.poll(60, 1, [0.0]) == 0
+
+
+def test_fallback_after_consecutive_failures() -> None:
+    keda = KedaController.for_spec(scaled_object(fallback_failures=3, fallback_replicas=4))
+    assert keda.poll(0, 2, None) is None
+    assert keda.poll(30, 2, None) is None
+    assert keda.poll(60, 2, None) == 4
+    assert keda.fallback_active
+    assert keda.poll(90, 4, [9.0]) is None and not keda.fallback_active
+    keda = KedaController.for_spec(scaled_object())
+    assert [keda.poll(t, 0, None) for t in (0, 30, 60, 90)] == [None] * 4  # no fallback set
+
+
+def test_keda_hpa_floor_is_one() -> None:
+    assert KedaController.for_spec(scaled_object()).hpa.min_replicas == 1
+
+
+def test_cron_window_on_the_simulated_week() -> None:
+    table = active_minutes("0 7 * * 1-5", "0 19 * * 1-5")  # second 0 is Monday 00:00
+    assert not is_active(table, 6 * 3600)
+    assert is_active(table, 7 * 3600)
+    assert not is_active(table, 19 * 3600)
+    assert not is_active(table, 5 * 86400 + 8 * 3600)  # Saturday
+
+
+def params(concurrency: int = 2, queue: int = 3, service_s: float = 0.5) -> ServingParams:
+    return ServingParams(concurrency, queue, service_s, service_s * 2, "test")
+
+
+def test_fleet_admits_up_to_concurrency_plus_queue_and_rejects_the_rest() -> None:
+    fleet = Fleet(params())
+    served, rejected, _ = fleet.step(20, ready=2)  # limit 2 x (2 + 3) = 10
+    assert rejected == 10
+    assert served == 8  # 4 slots x 2 per second
+    assert fleet.in_system == 2
+    assert fleet.step(0, ready=2)[0] == 2
+    assert fleet.step(7, ready=0) == (0, 7, 0.0)  # no ready pod: everything is rejected
+
+
+def test_pod_leaving_takes_its_share_of_in_flight() -> None:
+    fleet = Fleet(params(service_s=10.0))
+    fleet.step(9, ready=3)
+    assert fleet.in_system == 9
+    assert fleet.take_share(3) == 3 and fleet.in_system == 6
+
+
+def test_latency_grows_with_the_queue() -> None:
+    assert erlang_c(1, 0.5) == pytest.approx(0.5)
+    assert erlang_c(4, 0.0) == 0.0 and erlang_c(2, 3.0) == 1.0
+    light = Fleet(params(concurrency=4, queue=100, service_s=0.1)).step(5, ready=1)[2]
+    heavy = Fleet(params(concurrency=4, queue=100, service_s=0.1)).step(80, ready=1)[2]
+    assert 0.2 <= light < heavy
+
+
+def test_trace_parsing_and_poisson_arrivals() -> None:
+    trace = parse_trace("seconds,requests_per_second\n0,10\n5,0\n")
+    assert list(trace.rates(8)) == [10.0] * 5 + [0.0] * 3
+    a = arrivals(trace, 8, seed=3)
+    assert (a[5:] == 0).all() and a[:5].sum() > 0
+    assert (arrivals(trace, 8, seed=3) == a).all()  # deterministic for a seed
+    parts = split(np.array([100, 50]), [0.9, 0.1], seed=1)
+    assert (parts[0] + parts[1] == [100, 50]).all()
+    for bad in ("", "x,y\n1,2,\n0,a", "5,1\n3,1", "-1,2"):
+        with pytest.raises(InvalidInput):
+            parse_trace(bad)
+
+
+def test_event_parsing() -> None:
+    assert parse_event("spot-reclaim@600:t4-spot").arg == "t4-spot"
+    assert parse_event("rollout@30").arg is None
+    assert parse_event("metrics-down@10:120").t == 10
+    for bad in ("rollout", "reboot@5", "spot-reclaim@5", "metrics-down@5:0", "rollout@-1"):
+        with pytest.raises(InvalidInput):
+            parse_event(bad)
