@@ -128,7 +128,9 @@ class ModelConfig(_Strict):
         True, description="Run one inference on zeros of the declared inputs after loading."
     )
     parameters: dict[str, Any] = Field(
-        default_factory=dict, description="Runtime-specific options (see docs/runtimes.md)."
+        default_factory=dict,
+        description="Runtime-specific options, typed per runtime and checked at load: an "
+        "unknown key fails the load (see docs/runtimes.md).",
     )
     # Set by the loader, not by the file: the directory the artefacts live in, and for a
     # model named by URI, that URI (fetched into the node cache before loading).
