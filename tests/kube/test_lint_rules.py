@@ -304,3 +304,23 @@ def test_podserve_output_is_checked_through_its_stored_spec() -> None:
     server["env"] = [e for e in server["env"] if "MAX_CONTEXT" not in e["name"]]
     found_ids = {f.rule_id for f in lint_documents(documents, ALL_RULES).findings}
     assert {"memory-below-model-size", "generative-no-caps"} <= found_ids
+
+
+def test_non_production_gpu_service_needs_its_active_hours() -> None:
+    from podserve.config.model_service import ModelService
+    from podserve.kube.render import render
+    from podserve.kube.types import Document, Source
+    from tests.kube.paths import EXAMPLES, load_example
+
+    example = next(p for p in EXAMPLES if p.stem == "dev-gpu-office-hours")
+    document = load_example(example).to_document()
+    document["metadata"]["labels"] = {"environment": "dev"}
+
+    def lint(doc: dict[str, object]) -> set[str]:
+        manifests = render(ModelService.model_validate(doc)).manifests
+        documents = [Document(m, Source("rendered", 1)) for m in manifests]
+        return {f.rule_id for f in lint_documents(documents, ALL_RULES).findings}
+
+    assert "nonprod-gpu-always-on" not in lint(document)  # the cron window is rendered
+    del document["spec"]["autoscaling"]["activeHours"]
+    assert "nonprod-gpu-always-on" in lint(document)
