@@ -1,4 +1,9 @@
-"""CPU limits on GPU pods: throttling the host threads that feed the GPU idles the GPU."""
+"""CPU limits on GPU pods: throttling the host threads that feed the GPU idles the GPU.
+
+The kubelet turns a CPU limit into a CFS bandwidth quota per 100 ms period (kubernetes docs
+"Resource Management for Pods and Containers" → "How pods with resource limits are run";
+the kernel's Documentation/scheduler/sched-bwc.rst): a container that spends its quota early
+in a period waits for the next one."""
 
 from __future__ import annotations
 
@@ -41,6 +46,7 @@ CPU_LIMIT_AT_REQUEST = Rule(
     "utilisation drops exactly under load. A GPU pod should have headroom above its CPU "
     "request (the GPU, not the CPU, is the scarce resource).",
     fix="Set resources.limits.cpu above the request (podserve renders twice the request), or "
-    "drop the CPU limit.",
+    "drop the CPU limit. Where limit = request is deliberate (Guaranteed QoS with integer CPUs "
+    "for the static CPU manager's exclusive cores), silence the rule with a reason.",
     check=_at_request,
 )

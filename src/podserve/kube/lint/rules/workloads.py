@@ -1,5 +1,7 @@
 """The controller around a model server: one that recreates its pods, and that replaces
-them without taking the service down."""
+them without taking the service down (kubernetes docs "Pods" → "Working with Pods": pods
+are not rescheduled on their own, workload resources recreate them; "Deployments" →
+"Strategy": Recreate kills all existing pods before new ones are created)."""
 
 from __future__ import annotations
 
