@@ -129,7 +129,15 @@ class ScopeLimits(_Section):
     tpm: int | None = Field(None, ge=1, description="Tokens (prompt + output) per minute.")
 
 
+class RoutingPolicy(StrEnum):
+    LEAST_LOADED = "least-loaded"
+    ROUND_ROBIN = "round-robin"  # ignores load: the baseline the benchmark compares with
+
+
 class Routing(_Section):
+    policy: RoutingPolicy = Field(
+        RoutingPolicy.LEAST_LOADED, description="`least-loaded` (default) or `round-robin`."
+    )
     scrape_interval_ms: int = Field(100, ge=10, description="Pod /metrics and /ready poll.")
     retry_budget_ratio: float = Field(
         0.2, ge=0, le=1, description="Retries allowed per request (Finagle's RetryBudget)."

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from podserve.config.gateway_config import GatewayConfig
+from podserve.config.gateway_config import GatewayConfig, RoutingPolicy
 from podserve.gateway.breaker import Breaker
 
 
@@ -76,6 +76,7 @@ class Router:
         r = config.routing
         self._breakers: dict[str, Breaker] = {}
         self._breaker_args = (r.breaker_failures, r.breaker_open_s)
+        self._by_load = r.policy is RoutingPolicy.LEAST_LOADED
 
     # --- inputs ----------------------------------------------------------------------
     def endpoints(self) -> list[str]:
@@ -154,7 +155,10 @@ class Router:
         # Lower is better; ties go to the next pod in rotation, not always the first.
         ranked = sorted(
             range(n),
-            key=lambda i: (queue_scores[i] + kv_scores[i], (i - self._rotation) % n),
+            key=lambda i: (
+                queue_scores[i] + kv_scores[i] if self._by_load else 0.0,
+                (i - self._rotation) % n,
+            ),
         )
         return [Target(pool.name, eligible[i][0], hosted=False) for i in ranked]
 
