@@ -265,6 +265,10 @@ class Scheduler:
                 if not insufficient(pod.template.requests, trial):
                     freed = trial
                     victims.remove(victim)
+            if not victims:
+                # The pod fits without evicting anyone: resources were not what failed
+                # (e.g. a spread constraint), and removing these pods would not help.
+                continue
             key = (max(v.template.priority for v in victims), len(victims), node.name)
             if best is None or key < best[0]:
                 best = (key, node, tuple(victims))
