@@ -33,6 +33,7 @@ from podserve.dataplane.types import (
     RepositoryEntry,
     ServerMetadata,
 )
+from podserve.shm import CudaSharedMemory, SystemSharedMemory
 
 MODELS = ("echo", "double", "wait")
 _NO_CALL = CallContext()
@@ -59,6 +60,12 @@ class FakeDataPlane:
     wait_started: asyncio.Event = field(default_factory=asyncio.Event)
     disconnect_seen: asyncio.Event = field(default_factory=asyncio.Event)
     response_parameters: dict[str, object] = field(default_factory=dict)
+    # Triton's shared-memory extensions: the real table, on /dev/shm.
+    shared_memory: SystemSharedMemory = field(default_factory=SystemSharedMemory)
+    cuda_shared_memory: CudaSharedMemory = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.cuda_shared_memory = CudaSharedMemory(self.shared_memory)
 
     # ---------------------------------------------------------------- health and metadata
 
@@ -90,6 +97,10 @@ class FakeDataPlane:
 
     async def generate(self, request: GenerateRequest, call: CallContext = _NO_CALL) -> Generation:
         raise InvalidInput("the fake data plane generates no text")
+
+    def is_generative(self, name: str, version: str | None = None) -> bool:
+        self._known(name)
+        return False
 
     def model_ready(self, name: str, version: str | None = None) -> bool:
         self._known(name)

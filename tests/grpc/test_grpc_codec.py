@@ -303,7 +303,7 @@ REFUSALS = [
     (two_inputs_one_raw(), "raw_input_contents has 1 entries for 2 inputs"),
     (raw_and_contents(), "input 'x' sets contents but the request uses raw_input_contents"),
     (duplicate_inputs(), "input 'x' appears more than once"),
-    (shared_memory_input(), "input 'x' uses the shared-memory extension"),
+    (shared_memory_input(), "input 'x': shared_memory_region needs shared_memory_byte_size"),
     (empty_parameter(), "request parameter 'p' has no value"),
     (
         typed_request("FP32", [3], "fp32_contents", [1.0, 2.0]),

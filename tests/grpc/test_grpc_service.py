@@ -278,7 +278,7 @@ async def test_decoding_errors_are_invalid_argument(client: Client, fake: FakeDa
 
 
 async def test_unimplemented_methods_say_so(client: Client) -> None:
-    raised = await raises_status(client.get_system_shared_memory_status())
+    raised = await raises_status(client.get_trace_settings())
     assert raised.status() == "StatusCode.UNIMPLEMENTED"
 
 

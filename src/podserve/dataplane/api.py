@@ -37,6 +37,10 @@ class DataPlaneAPI(Protocol):
         """Raise ModelNotFound for an unknown model or version."""
         ...
 
+    def is_generative(self, name: str, version: str | None = None) -> bool:
+        """Whether the model generates text; raises ModelNotFound for an unknown name."""
+        ...
+
     def model_ready(self, name: str, version: str | None = None) -> bool:
         """True when loaded and serving; raises ModelNotFound for an unknown name."""
         ...

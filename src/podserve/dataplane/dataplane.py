@@ -53,6 +53,7 @@ from podserve.dataplane.types import (
     ServerMetadata,
 )
 from podserve.engine import Worker
+from podserve.generation.loading import GENERATIVE_RUNTIMES
 from podserve.lifecycle import Lifecycle
 from podserve.obs.collector import (
     GenerationState,
@@ -132,6 +133,10 @@ class DataPlane:
         """Raise ModelNotFound for an unknown model or version (an edge calls this to
         answer 404 before a body costs any decoding)."""
         self._repository.entry(name, version)
+
+    def is_generative(self, name: str, version: str | None = None) -> bool:
+        """Whether the model generates text (its requests go to `generate`)."""
+        return self._repository.entry(name, version).config.runtime in GENERATIVE_RUNTIMES
 
     def model_ready(self, name: str, version: str | None = None) -> bool:
         return self._repository.entry(name, version).state is ModelState.READY

@@ -10,6 +10,13 @@ form FP16 has, and it avoids one Python object per element.
 Raw bytes, in and out, go through the one OIP raw-tensor codec the REST binary
 extension uses too (`protocol/v2/raw.py`), so both edges accept, refuse and produce
 exactly the same bytes.
+
+Shared memory (Triton's extension, the same code as REST: `protocol/v2/shared_memory.py`):
+an input that names a region in its parameters is read from it in place and takes no
+entry of `raw_input_contents` (tritonclient sends raw contents only for the other
+inputs, as Triton's own gRPC server expects); an output written to a region is answered
+with its name, datatype and shape and an empty raw content, keeping the contents aligned
+with the outputs as Triton does (ResponseAllocatorHelper, src/grpc/infer_handler.cc).
 """
 
 from __future__ import annotations
@@ -30,7 +37,9 @@ from podserve.core.tensors import (
     Tensor,
 )
 from podserve.protocol.v2.raw import decode_tensor, encode_tensor
+from podserve.protocol.v2.shared_memory import check_outputs, in_shared_memory, read_input
 from podserve.server.grpc._generated import inference_pb2 as pb
+from podserve.shm import RegionRef, SystemSharedMemory, region_ref, without_references
 
 ParameterValue: TypeAlias = bool | int | float | str
 
@@ -62,9 +71,6 @@ _CONTENTS_WIDE_DTYPE: dict[str, np.dtype[Any]] = {
     "fp32_contents": np.dtype(np.float32),
     "fp64_contents": np.dtype(np.float64),
 }
-# Parameters of the shared-memory extension, which podserve does not implement; a request
-# that uses it carries no data in the message, so it is refused instead of misread.
-_SHARED_MEMORY_KEYS = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
 
 
 # ---------------------------------------------------------------------------- parameters
@@ -170,26 +176,32 @@ def _shape_of(dims: Iterable[int], name: str) -> tuple[int, ...]:
     return shape
 
 
-def _refuse_shared_memory(params: Mapping[str, ParameterValue], what: str) -> None:
-    if any(key in params for key in _SHARED_MEMORY_KEYS):
-        raise InvalidInput(
-            f"{what} uses the shared-memory extension, which podserve does not support"
-        )
-
-
-def decode_infer_request(msg: pb.ModelInferRequest, *, request_id: str | None) -> InferRequest:
+def decode_infer_request(
+    msg: pb.ModelInferRequest,
+    *,
+    request_id: str | None,
+    shared_memory: SystemSharedMemory | None = None,
+) -> InferRequest:
     """Validate and decode a ModelInferRequest. `request_id` comes from the transport
-    (the edge decides it), not from the message; the deadline is the data plane's."""
+    (the edge decides it), not from the message; the deadline is the data plane's.
+    Inputs that name a region of `shared_memory` are read from it in place."""
     if not msg.model_name:
         raise InvalidInput("model_name is required")
     raw_contents = msg.raw_input_contents
     inputs = msg.inputs
+    params_of = [decode_parameters(item.parameters, f"input {item.name!r}") for item in inputs]
+    refs = [
+        region_ref(params, f"input {item.name!r}")
+        for item, params in zip(inputs, params_of, strict=True)
+    ]
     use_raw = len(raw_contents) > 0
-    if use_raw and len(raw_contents) != len(inputs):
+    carried = sum(ref is None for ref in refs)
+    if use_raw and len(raw_contents) != carried:
         raise InvalidInput(
-            f"raw_input_contents has {len(raw_contents)} entries for {len(inputs)} inputs; "
-            f"send exactly one per input, in the order of inputs"
+            f"raw_input_contents has {len(raw_contents)} entries for {carried} inputs not in "
+            f"shared memory; send exactly one per such input, in the order of inputs"
         )
+    raw_index = 0
     tensors: list[Tensor] = []
     seen: set[str] = set()
     for index, item in enumerate(inputs):
@@ -204,16 +216,19 @@ def decode_infer_request(msg: pb.ModelInferRequest, *, request_id: str | None) -
         except InvalidInput as exc:
             raise InvalidInput(f"input {name!r}: {exc.message}") from None
         shape = _shape_of(item.shape, name)
-        params = decode_parameters(item.parameters, f"input {name!r}")
-        _refuse_shared_memory(params, f"input {name!r}")
+        params, ref = params_of[index], refs[index]
         has_contents = bool(item.contents.ListFields())
-        if use_raw:
+        if ref is not None:
+            data = _from_region(shared_memory, name, datatype, shape, ref, has_contents)
+            params = without_references(params)
+        elif use_raw:
             if has_contents:
                 raise InvalidInput(
                     f"input {name!r} sets contents but the request uses raw_input_contents; "
                     f"use one form for all inputs"
                 )
-            data = decode_tensor(name, datatype, shape, raw_contents[index])
+            data = decode_tensor(name, datatype, shape, raw_contents[raw_index])
+            raw_index += 1
         else:
             data = _decode_contents(item.contents, datatype, shape, name)
         tensors.append(Tensor(name=name, datatype=datatype, data=data, parameters=params))
@@ -222,8 +237,8 @@ def decode_infer_request(msg: pb.ModelInferRequest, *, request_id: str | None) -
     for wanted in msg.outputs:
         name = str(wanted.name)
         params = decode_parameters(wanted.parameters, f"requested output {name!r}")
-        _refuse_shared_memory(params, f"requested output {name!r}")
         outputs.append(RequestedOutput(name=name, parameters=params))
+    check_outputs(shared_memory, outputs)
 
     return InferRequest(
         model_name=str(msg.model_name),
@@ -233,6 +248,23 @@ def decode_infer_request(msg: pb.ModelInferRequest, *, request_id: str | None) -
         outputs=tuple(outputs),
         parameters=decode_parameters(msg.parameters, "request"),
     )
+
+
+def _from_region(
+    shared_memory: SystemSharedMemory | None,
+    name: str,
+    datatype: Datatype,
+    shape: tuple[int, ...],
+    ref: RegionRef,
+    has_contents: bool,
+) -> Any:
+    if has_contents:
+        raise InvalidInput(
+            f"input {name!r}: names a shared memory region and also carries contents; send one"
+        )
+    if shared_memory is None:
+        raise InvalidInput(f"input {name!r}: shared memory is not available here")
+    return read_input(shared_memory, name, datatype, shape, ref)
 
 
 # ---------------------------------------------------------------------------- responses
@@ -252,6 +284,9 @@ def encode_infer_response(
     raw: list[bytes] = []
     for tensor in response.outputs:
         out = msg.outputs.add(name=tensor.name, datatype=tensor.datatype.value, shape=tensor.shape)
+        if in_shared_memory(tensor):  # already in the client's region
+            raw.append(b"")
+            continue
         encode_parameters(tensor.parameters, out.parameters)
         raw.append(encode_tensor(tensor.name, tensor.datatype, tensor.data))
     msg.raw_output_contents.extend(raw)

@@ -28,10 +28,12 @@ import grpc
 
 from podserve.admission import retry_after_header
 from podserve.core.errors import (
+    AlreadyExists,
     Cancelled,
     DeadlineExceeded,
     InvalidInput,
     ModelNotFound,
+    NotFound,
     PayloadTooLarge,
     PodserveError,
     Unavailable,
@@ -39,10 +41,12 @@ from podserve.core.errors import (
 )
 from podserve.core.ids import accept_request_id
 from podserve.dataplane import CallContext, DataPlaneAPI
+from podserve.protocol.v2.vllm_tensors import asks_for_generation
 from podserve.server.errors import status_of
-from podserve.server.grpc import triton
+from podserve.server.grpc import shared_memory, triton
 from podserve.server.grpc._generated import inference_pb2 as pb
 from podserve.server.grpc.codec import decode_infer_request, encode_infer_response
+from podserve.server.grpc.decoupled import generation_replies, mark_final
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +77,8 @@ _STATUS_BY_ERROR: tuple[tuple[type[PodserveError], grpc.StatusCode], ...] = (
     (UnprocessableInput, grpc.StatusCode.INVALID_ARGUMENT),
     (PayloadTooLarge, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (ModelNotFound, grpc.StatusCode.NOT_FOUND),
+    (NotFound, grpc.StatusCode.NOT_FOUND),
+    (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
     (DeadlineExceeded, grpc.StatusCode.DEADLINE_EXCEEDED),
     (Cancelled, grpc.StatusCode.CANCELLED),
@@ -86,7 +92,8 @@ def status_for(error: BaseException, request_id: str | None = None) -> GrpcStatu
       and retrying it unchanged cannot help (gRPC has no separate 422).
     - PayloadTooLarge -> RESOURCE_EXHAUSTED: the code gRPC itself returns when a message
       exceeds the receive limit, so clients see one code for "too big" either way.
-    - ModelNotFound -> NOT_FOUND.
+    - ModelNotFound, NotFound (a shared-memory region) -> NOT_FOUND; AlreadyExists ->
+      ALREADY_EXISTS (Triton's codes, src/grpc/grpc_utils.cc).
     - Unavailable (over capacity, ModelNotReady, Draining) -> UNAVAILABLE, the code gRPC
       clients treat as retryable (Triton also answers a full queue with UNAVAILABLE),
       with trailing metadata `retry-after` in whole seconds.
@@ -221,7 +228,11 @@ class InferenceServicer:
         try:
             async with _status_on_error(context, "ModelInfer", request_id):
                 try:
-                    infer_request = decode_infer_request(request, request_id=request_id)
+                    infer_request = decode_infer_request(
+                        request,
+                        request_id=request_id,
+                        shared_memory=self._dataplane.shared_memory,
+                    )
                     response = await self._dataplane.infer(
                         infer_request, _call(context, INFER_ENDPOINT, request_id)
                     )
@@ -240,9 +251,11 @@ class InferenceServicer:
         """Triton's streaming extension. Requests run concurrently, as they arrive, and
         each is answered on the stream when it completes (clients match responses by
         `id`). A request that fails gets `error_message` and the stream goes on, as in
-        Triton. When the client closes its side, the stream ends after the last answer;
-        when the client leaves, its requests leave the data plane as a disconnected
-        REST or unary call's do."""
+        Triton. A generative model asked in the vLLM backend's tensors (`text_input`)
+        answers decoupled, a response per token batch (`server/grpc/decoupled.py`);
+        every answer carries `triton_final_response`. When the client closes its side,
+        the stream ends after the last answer; when the client leaves, its requests
+        leave the data plane as a disconnected REST or unary call's do."""
         answers: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
         running: set[asyncio.Task[None]] = set()
         stream_request_id = _metadata_value(context, "x-request-id")
@@ -250,10 +263,17 @@ class InferenceServicer:
         async def answer(request: pb.ModelInferRequest) -> None:
             request_id = accept_request_id(request.id or stream_request_id)
             try:
-                infer_request = decode_infer_request(request, request_id=request_id)
-                response = await self._dataplane.infer(
-                    infer_request, _call(context, STREAM_INFER_ENDPOINT, request_id)
+                infer_request = decode_infer_request(
+                    request, request_id=request_id, shared_memory=self._dataplane.shared_memory
                 )
+                call = _call(context, STREAM_INFER_ENDPOINT, request_id)
+                if asks_for_generation(infer_request) and self._dataplane.is_generative(
+                    infer_request.model_name, infer_request.model_version
+                ):
+                    async for partial in generation_replies(self._dataplane, infer_request, call):
+                        answers.put_nowait(partial)
+                    return
+                response = await self._dataplane.infer(infer_request, call)
                 reply = pb.ModelStreamInferResponse(
                     infer_response=encode_infer_response(response, request_id=request_id)
                 )
@@ -268,7 +288,7 @@ class InferenceServicer:
                         id=request.id,
                     ),
                 )
-            answers.put_nowait(reply)
+            answers.put_nowait(mark_final(reply, True))
 
         async def read_requests() -> None:
             try:
@@ -347,6 +367,44 @@ class InferenceServicer:
             _refuse_parameters(request.parameters, _UNLOAD_PARAMETERS, "unload")
             await self._dataplane.unload_model(request.model_name)
             return pb.RepositoryModelUnloadResponse()
+
+    # ------------------------------------------------------------------ shared memory
+
+    async def SystemSharedMemoryStatus(
+        self, request: pb.SystemSharedMemoryStatusRequest, context: Context
+    ) -> pb.SystemSharedMemoryStatusResponse:
+        async with _status_on_error(context, "SystemSharedMemoryStatus"):
+            return shared_memory.system_status(self._dataplane.shared_memory, request)
+
+    async def SystemSharedMemoryRegister(
+        self, request: pb.SystemSharedMemoryRegisterRequest, context: Context
+    ) -> pb.SystemSharedMemoryRegisterResponse:
+        async with _status_on_error(context, "SystemSharedMemoryRegister"):
+            return shared_memory.system_register(self._dataplane.shared_memory, request)
+
+    async def SystemSharedMemoryUnregister(
+        self, request: pb.SystemSharedMemoryUnregisterRequest, context: Context
+    ) -> pb.SystemSharedMemoryUnregisterResponse:
+        async with _status_on_error(context, "SystemSharedMemoryUnregister"):
+            return shared_memory.system_unregister(self._dataplane.shared_memory, request)
+
+    async def CudaSharedMemoryStatus(
+        self, request: pb.CudaSharedMemoryStatusRequest, context: Context
+    ) -> pb.CudaSharedMemoryStatusResponse:
+        async with _status_on_error(context, "CudaSharedMemoryStatus"):
+            return shared_memory.cuda_status(self._dataplane.cuda_shared_memory, request)
+
+    async def CudaSharedMemoryRegister(
+        self, request: pb.CudaSharedMemoryRegisterRequest, context: Context
+    ) -> pb.CudaSharedMemoryRegisterResponse:
+        async with _status_on_error(context, "CudaSharedMemoryRegister"):
+            return shared_memory.cuda_register(self._dataplane.cuda_shared_memory, request)
+
+    async def CudaSharedMemoryUnregister(
+        self, request: pb.CudaSharedMemoryUnregisterRequest, context: Context
+    ) -> pb.CudaSharedMemoryUnregisterResponse:
+        async with _status_on_error(context, "CudaSharedMemoryUnregister"):
+            return shared_memory.cuda_unregister(self._dataplane.cuda_shared_memory, request)
 
 
 def _check_repository_name(name: str) -> None:
