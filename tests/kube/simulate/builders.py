@@ -119,8 +119,14 @@ def headroom(replicas: int = 1) -> list[Manifest]:
             "preemptionPolicy": "Never",
         },
         deployment(
-            "headroom", replicas, labels, strategy="Recreate", priority_class="headroom",
-            serves=False, load_s=0, grace_s=0,
+            "headroom",
+            replicas,
+            labels,
+            strategy="Recreate",
+            priority_class="headroom",
+            serves=False,
+            load_s=0,
+            grace_s=0,
         ),
     ]
 

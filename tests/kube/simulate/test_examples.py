@@ -25,8 +25,13 @@ from ..paths import EXAMPLES, REPO_ROOT
 
 CLUSTERS = {p.stem: p for p in sorted((REPO_ROOT / "examples" / "clusters").glob("*.yaml"))}
 # ModelService capacity.provider → the example cluster that provider builds.
-PROVIDER_CLUSTER = {"gke": "gke", "eks": "eks", "karpenter": "eks", "aks": "aks",
-                    "generic": "gpu-operator"}
+PROVIDER_CLUSTER = {
+    "gke": "gke",
+    "eks": "eks",
+    "karpenter": "eks",
+    "aks": "aks",
+    "generic": "gpu-operator",
+}
 DAY_S = 24 * 3600
 
 
@@ -70,7 +75,8 @@ def test_example_spec_runs_a_day_on_its_provider_cluster(spec: Path) -> None:
         summary = _run(spec, cluster, DAY_S)
         assert summary["scheduled"], (cluster, summary["unschedulable"])
         requests = summary["requests"]
-        assert isinstance(requests, dict) and requests["served"] > 0, (cluster, requests)
+        assert isinstance(requests, dict)
+        assert requests["served"] > 0, (cluster, requests)
 
 
 @pytest.mark.parametrize("cluster", sorted(CLUSTERS))

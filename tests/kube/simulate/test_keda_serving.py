@@ -17,10 +17,17 @@ from podserve.kube.simulate.traffic import arrivals, parse_trace, split
 
 def scaled_object(**kw: object) -> ScaledObject:
     base: dict[str, object] = dict(
-        name="m", target="m", polling_s=30, cooldown_s=300, initial_cooldown_s=0,
-        min_replicas=0, max_replicas=10,
+        name="m",
+        target="m",
+        polling_s=30,
+        cooldown_s=300,
+        initial_cooldown_s=0,
+        min_replicas=0,
+        max_replicas=10,
         triggers=(Metric("External", Signal.QUEUE, "AverageValue", 5.0, activation=2.0),),
-        fallback_failures=None, fallback_replicas=None, behavior=None,
+        fallback_failures=None,
+        fallback_replicas=None,
+        behavior=None,
     )
     base.update(kw)
     return ScaledObject(**base)  # type: ignore[arg-type]
@@ -52,7 +59,8 @@ def test_fallback_after_consecutive_failures() -> None:
     assert keda.poll(30, 2, None) is None
     assert keda.poll(60, 2, None) == 4
     assert keda.fallback_active
-    assert keda.poll(90, 4, [9.0]) is None and not keda.fallback_active
+    assert keda.poll(90, 4, [9.0]) is None
+    assert not keda.fallback_active
     keda = KedaController.for_spec(scaled_object())
     assert [keda.poll(t, 0, None) for t in (0, 30, 60, 90)] == [None] * 4  # no fallback set
 
@@ -87,12 +95,14 @@ def test_pod_leaving_takes_its_share_of_in_flight() -> None:
     fleet = Fleet(params(service_s=10.0))
     fleet.step(9, ready=3)
     assert fleet.in_system == 9
-    assert fleet.take_share(3) == 3 and fleet.in_system == 6
+    assert fleet.take_share(3) == 3
+    assert fleet.in_system == 6
 
 
 def test_latency_grows_with_the_queue() -> None:
     assert erlang_c(1, 0.5) == pytest.approx(0.5)
-    assert erlang_c(4, 0.0) == 0.0 and erlang_c(2, 3.0) == 1.0
+    assert erlang_c(4, 0.0) == 0.0
+    assert erlang_c(2, 3.0) == 1.0
     light = Fleet(params(concurrency=4, queue=100, service_s=0.1)).step(5, ready=1)[2]
     heavy = Fleet(params(concurrency=4, queue=100, service_s=0.1)).step(80, ready=1)[2]
     assert 0.2 <= light < heavy
@@ -102,7 +112,8 @@ def test_trace_parsing_and_poisson_arrivals() -> None:
     trace = parse_trace("seconds,requests_per_second\n0,10\n5,0\n")
     assert list(trace.rates(8)) == [10.0] * 5 + [0.0] * 3
     a = arrivals(trace, 8, seed=3)
-    assert (a[5:] == 0).all() and a[:5].sum() > 0
+    assert (a[5:] == 0).all()
+    assert a[:5].sum() > 0
     assert (arrivals(trace, 8, seed=3) == a).all()  # deterministic for a seed
     parts = split(np.array([100, 50]), [0.9, 0.1], seed=1)
     assert (parts[0] + parts[1] == [100, 50]).all()

@@ -25,9 +25,15 @@ def _hpa(low: int, high: int) -> dict[str, Any]:
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "serve"},
             "minReplicas": low,
             "maxReplicas": high,
-            "metrics": [{"type": "Pods", "pods": {"metric": {"name": "podserve_inflight_requests"},
-                                                  "target": {"type": "AverageValue",
-                                                             "averageValue": "2"}}}],
+            "metrics": [
+                {
+                    "type": "Pods",
+                    "pods": {
+                        "metric": {"name": "podserve_inflight_requests"},
+                        "target": {"type": "AverageValue", "averageValue": "2"},
+                    },
+                }
+            ],
         },
     }
 
@@ -44,8 +50,12 @@ def _keda(low: int, high: int) -> dict[str, Any]:
             "minReplicaCount": low,
             "maxReplicaCount": high,
             "fallback": {"failureThreshold": 2, "replicas": high},
-            "triggers": [{"type": "prometheus", "metadata": {
-                "query": "sum(podserve_queue_depth)", "threshold": "2"}}],
+            "triggers": [
+                {
+                    "type": "prometheus",
+                    "metadata": {"query": "sum(podserve_queue_depth)", "threshold": "2"},
+                }
+            ],
         },
     }
 
@@ -62,11 +72,16 @@ def worlds(draw: st.DrawFn) -> tuple[Simulation, int, int, int]:
         high = max(high, low)
     replicas = draw(st.integers(max(1, low), high))
     docs = [
-        deployment("serve", replicas, SERVE,
-                   surge=draw(st.sampled_from([0, 1, "25%"])),
-                   unavailable=draw(st.sampled_from([0, 1, "25%"])),
-                   strategy=draw(st.sampled_from(["RollingUpdate", "Recreate"])),
-                   load_s=draw(st.sampled_from([5, 30, 400])), grace_s=20),
+        deployment(
+            "serve",
+            replicas,
+            SERVE,
+            surge=draw(st.sampled_from([0, 1, "25%"])),
+            unavailable=draw(st.sampled_from([0, 1, "25%"])),
+            strategy=draw(st.sampled_from(["RollingUpdate", "Recreate"])),
+            load_s=draw(st.sampled_from([5, 30, 400])),
+            grace_s=20,
+        ),
         pdb("serve", SERVE, minAvailable=1),
         _hpa(low, high) if engine == "hpa" else _keda(low, high),
     ]
@@ -74,7 +89,9 @@ def worlds(draw: st.DrawFn) -> tuple[Simulation, int, int, int]:
         docs += headroom(draw(st.integers(1, 2)))
     autoscale = draw(st.booleans())
     extra: dict[str, Any] = {
-        "spot": True, "reclaimNoticeSeconds": 30, "podShutdownSeconds": 15,
+        "spot": True,
+        "reclaimNoticeSeconds": 30,
+        "podShutdownSeconds": 15,
         "provisioningSeconds": 60,
     }
     if autoscale:
@@ -88,11 +105,18 @@ def worlds(draw: st.DrawFn) -> tuple[Simulation, int, int, int]:
     for _ in range(draw(st.integers(0, 3))):
         t = draw(st.integers(1, duration - 1))
         kind = draw(st.sampled_from(["rollout", "spot-reclaim", "node-drain", "metrics-down"]))
-        arg = {"rollout": "", "spot-reclaim": ":gpu", "node-drain": f":gpu-{draw(st.integers(0, 3))}",
-               "metrics-down": ":90"}[kind]
+        arg = {
+            "rollout": "",
+            "spot-reclaim": ":gpu",
+            "node-drain": f":gpu-{draw(st.integers(0, 3))}",
+            "metrics-down": ":90",
+        }[kind]
         events.append(parse_event(f"{kind}@{t}{arg}"))
-    options = Options(duration_s=duration, seed=draw(st.integers(0, 2**16)),
-                      events=tuple(sorted(events, key=lambda e: e.t)))
+    options = Options(
+        duration_s=duration,
+        seed=draw(st.integers(0, 2**16)),
+        events=tuple(sorted(events, key=lambda e: e.t)),
+    )
     scenario = scenario_from_manifests(docs, None)
     capacity = (nodes + 2 if autoscale else nodes) * gpus
     return Simulation(scenario, cluster, trace, options), low, high, capacity

@@ -31,44 +31,53 @@ from podserve.kube.simulate.rollout import (
         ("25%", "25%", 0, (0, 0)),
     ],
 )
-def test_fenceposts(surge: int | str, unavailable: int | str, replicas: int,
-                    expected: tuple[int, int]) -> None:
+def test_fenceposts(
+    surge: int | str, unavailable: int | str, replicas: int, expected: tuple[int, int]
+) -> None:
     assert fenceposts(surge, unavailable, replicas) == expected
 
 
 def test_rolling_surge_one_unavailable_zero_moves_one_pod_at_a_time() -> None:
     new, old = ReplicaSet(1, 0), ReplicaSet(0, 3, available=3)
-    assert rolling_sync(3, 1, 0, new, [old]) and (new.replicas, old.replicas) == (1, 3)
+    assert rolling_sync(3, 1, 0, new, [old])
+    assert (new.replicas, old.replicas) == (1, 3)
     # The new pod is not available yet: the old ReplicaSet must keep all 3.
     assert not rolling_sync(3, 1, 0, new, [old])
     new.available = 1
-    assert rolling_sync(3, 1, 0, new, [old]) and old.replicas == 2
-    assert rolling_sync(3, 1, 0, new, [old]) and new.replicas == 2
+    assert rolling_sync(3, 1, 0, new, [old])
+    assert old.replicas == 2
+    assert rolling_sync(3, 1, 0, new, [old])
+    assert new.replicas == 2
     assert not rolling_sync(3, 1, 0, new, [old])  # waits for the second new pod
     new.available = 2
     old.available = 2
-    assert rolling_sync(3, 1, 0, new, [old]) and old.replicas == 1
+    assert rolling_sync(3, 1, 0, new, [old])
+    assert old.replicas == 1
 
 
 def test_rolling_surge_zero_unavailable_one_deletes_first() -> None:
     new, old = ReplicaSet(1, 0), ReplicaSet(0, 2, available=2)
     assert rolling_sync(2, 0, 1, new, [old])
     assert (new.replicas, old.replicas) == (0, 1)  # no room to surge: scale old down first
-    assert rolling_sync(2, 0, 1, new, [old]) and new.replicas == 1
+    assert rolling_sync(2, 0, 1, new, [old])
+    assert new.replicas == 1
 
 
 def test_rolling_cleans_unhealthy_old_pods_first() -> None:
     new, old = ReplicaSet(1, 1, available=0), ReplicaSet(0, 3, available=1)
     # maxScaledDown = 4 - (3 - 1) - 1 = 1: one unhealthy old pod goes.
-    assert rolling_sync(3, 1, 1, new, [old]) and old.replicas == 2
+    assert rolling_sync(3, 1, 1, new, [old])
+    assert old.replicas == 2
 
 
 def test_recreate_waits_for_old_pods_to_be_gone() -> None:
     new, old = ReplicaSet(1, 0), ReplicaSet(0, 2)
-    assert recreate_sync(2, new, [old], old_pods_running=True) and old.replicas == 0
+    assert recreate_sync(2, new, [old], old_pods_running=True)
+    assert old.replicas == 0
     assert not recreate_sync(2, new, [old], old_pods_running=True)
     assert new.replicas == 0
-    assert recreate_sync(2, new, [old], old_pods_running=False) and new.replicas == 2
+    assert recreate_sync(2, new, [old], old_pods_running=False)
+    assert new.replicas == 2
 
 
 def test_statefulset_ordered_ready_creates_one_at_a_time() -> None:
@@ -102,7 +111,8 @@ def test_pdb_doc_examples() -> None:
     assert (state.expected_pods, state.desired_healthy, state.disruptions_allowed) == (3, 2, 1)
     # "minAvailable 50%" with 7 pods rounds up to 4.
     state = status(_pdb(min_available="50%"), matching_pods=7, healthy=7, controller_scale=7)
-    assert state.desired_healthy == 4 and state.disruptions_allowed == 3
+    assert state.desired_healthy == 4
+    assert state.disruptions_allowed == 3
     # maxUnavailable 30% of 10 rounds up to 3: desired 7.
     state = status(_pdb(max_unavailable="30%"), matching_pods=10, healthy=10, controller_scale=10)
     assert state.desired_healthy == 7

@@ -49,7 +49,8 @@ def test_surge_preempts_headroom_then_rolls_one_at_a_time() -> None:
     headroom_binds = [t for t, pod, _ in binds if pod.startswith("headroom")]
     # The surge pod preempts the headroom pod, the only lower-priority pod.
     assert any("preempts headroom" in text for _, text in sim.world.log)
-    assert len(new) == 2 and len(old) == 2
+    assert len(new) == 2
+    assert len(old) == 2
     # Each next new pod binds only once an old pod has fully terminated (its GPU freed).
     assert new[0][0] > rollout_t
     assert new[1][0] >= old[0]

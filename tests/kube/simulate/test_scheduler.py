@@ -13,22 +13,41 @@ GPU = Taint(key="nvidia.com/gpu", value="present", effect="NoSchedule")
 
 def template(**kw: object) -> PodTemplate:
     base: dict[str, object] = dict(
-        labels={"app": "m"}, requests=amounts({"cpu": "1", "nvidia.com/gpu": 1}),
-        node_selector={}, affinity_terms=(), tolerations=(), spread=(), priority=0,
-        preempts=True, grace_s=30.0, pre_stop_s=0.0, startup_budget_s=None, load_s=0.0,
-        model_size_gb=0.0, fetches=False, shared_cache=False, image="i", serves=True,
+        labels={"app": "m"},
+        requests=amounts({"cpu": "1", "nvidia.com/gpu": 1}),
+        node_selector={},
+        affinity_terms=(),
+        tolerations=(),
+        spread=(),
+        priority=0,
+        preempts=True,
+        grace_s=30.0,
+        pre_stop_s=0.0,
+        startup_budget_s=None,
+        load_s=0.0,
+        model_size_gb=0.0,
+        fetches=False,
+        shared_cache=False,
+        image="i",
+        serves=True,
     )
     base.update(kw)
     return PodTemplate(**base)  # type: ignore[arg-type]
 
 
-def node(name: str, labels: dict[str, str] | None = None, gpus: int = 1,
-         taints: tuple[Taint, ...] = (GPU,), extra: dict[str, int] | None = None) -> Node:
+def node(
+    name: str,
+    labels: dict[str, str] | None = None,
+    gpus: int = 1,
+    taints: tuple[Taint, ...] = (GPU,),
+    extra: dict[str, int] | None = None,
+) -> Node:
     pool = NodePool(name="p", count=1, allocatable={"cpu": "8"})
     alloc = amounts({"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": gpus, **(extra or {})})
     alloc["pods"] = 110
-    return Node(name, pool, {"kubernetes.io/hostname": name, **(labels or {})}, taints, alloc,
-                0.0, 0.0)
+    return Node(
+        name, pool, {"kubernetes.io/hostname": name, **(labels or {})}, taints, alloc, 0.0, 0.0
+    )
 
 
 def pod(t: PodTemplate, name: str = "m-0") -> Pod:
@@ -82,8 +101,10 @@ def test_selector_and_required_affinity() -> None:
 def test_mig_resources_are_extended_resources() -> None:
     mig = {"nvidia.com/mig-1g.10gb": 7}
     nodes = [node("a", gpus=0, extra=mig)]
-    t = template(requests=amounts({"cpu": "1", "nvidia.com/mig-1g.10gb": 1}),
-                 tolerations=(Toleration("nvidia.com/gpu", "Exists", "", "NoSchedule"),))
+    t = template(
+        requests=amounts({"cpu": "1", "nvidia.com/mig-1g.10gb": 1}),
+        tolerations=(Toleration("nvidia.com/gpu", "Exists", "", "NoSchedule"),),
+    )
     for i in range(7):
         p = pod(t, f"m-{i}")
         decision = Scheduler().schedule(p, nodes)
@@ -99,7 +120,7 @@ def test_topology_spread_do_not_schedule() -> None:
     nodes = [node("a", {"zone": "z1"}, taints=()), node("b", {"zone": "z2"}, taints=())]
     place(nodes[0], pod(t, "m-0"))
     # z1 has 1, z2 has 0: a second pod in z1 would make the skew 2.
-    assert Scheduler().schedule(pod(t, "m-1"), [nodes[0]] + [nodes[1]]).node is nodes[1]
+    assert Scheduler().schedule(pod(t, "m-1"), [nodes[0], nodes[1]]).node is nodes[1]
     nodes[1].cordoned = True
     decision = Scheduler().schedule(pod(t, "m-1"), nodes)
     assert "1 node(s) didn't match pod topology spread constraints" in decision.message
@@ -113,11 +134,13 @@ def test_preemption_picks_the_lowest_priority_victims_and_respects_never() -> No
     place(nodes[0], pod(mid, "other-0"))
     place(nodes[1], pod(low, "headroom-0"))
     decision = Scheduler().schedule(pod(template(priority=10)), nodes)
-    assert decision.node is None and decision.nominated is nodes[1]
+    assert decision.node is None
+    assert decision.nominated is nodes[1]
     assert [v.name for v in decision.victims] == ["headroom-0"]
     # A pod with preemptionPolicy Never waits instead.
     decision = Scheduler().schedule(pod(template(priority=10, preempts=False)), nodes)
-    assert decision.victims == () and "preemptionPolicy=Never" in decision.message
+    assert decision.victims == ()
+    assert "preemptionPolicy=Never" in decision.message
     # Equal priority never preempts.
     decision = Scheduler().schedule(pod(template(priority=5)), [nodes[0]])
     assert decision.victims == ()

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from podserve.kube.simulate.cluster import Autoscaler, NodePool
-from podserve.kube.simulate.resources import CPU, GPU_PREFIXES, MEMORY, PODS, amounts, is_gpu
+from podserve.kube.simulate.resources import CPU, MEMORY, PODS, amounts, is_gpu
 from podserve.kube.simulate.state import Node, Phase, Pod
 from podserve.kube.simulate.world import World
 
@@ -196,15 +196,16 @@ class ClusterAutoscaler:
         return True
 
     def _drain(self, node: Node, now: float, evict: Evict) -> bool:
-        """Check every pod's eviction first (scale-down is skipped, not half done, when a
-        budget refuses), then evict them all."""
+        """Check every pod's eviction first; then evict them one by one. A refusal midway
+        (the first eviction used the budget) fails the scale-down and the node stays, as
+        the autoscaler's drain gives up and removes its deletion taint (core/scaledown/
+        actuation/drain.go)."""
         movable = [p for p in node.pods if p.phase < Phase.TERMINATING]
         if not all(evict(pod, now, True) for pod in movable):
             self.blocked.append((now, node.name))
             return False
         for pod in movable:
-            evict(pod, now, False)
+            if not evict(pod, now, False):
+                self.blocked.append((now, node.name))
+                return False
         return True
-
-
-__all__ = ["GPU_PREFIXES", "ClusterAutoscaler", "utilization"]

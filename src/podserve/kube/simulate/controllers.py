@@ -30,6 +30,7 @@ class RolloutRecord:
     last_progress_t: float = 0.0
     max_unavailable_seen: int = 0
     stalled_reason: str | None = None
+    fewest_replicas: int = 0  # the fewest replicas wanted since the rollout started
 
 
 def _delete_rank(pod: Pod) -> tuple[float, ...]:
@@ -76,7 +77,9 @@ class WorkloadController:
     def start_rollout(self, now: float) -> None:
         self.revision += 1
         self.sets.append(ReplicaSet(self.revision, 0))
-        self.rollout = RolloutRecord(started_t=now, last_progress_t=now)
+        self.rollout = RolloutRecord(
+            started_t=now, last_progress_t=now, fewest_replicas=self.replicas
+        )
         self._new_available = 0
         self.world.dirty_owners.add(self.name)
 
@@ -182,12 +185,16 @@ class WorkloadController:
             record.stalled_reason = f"ProgressDeadlineExceeded{why}"
 
     def observe(self, now: float) -> None:
-        """Per second during a rollout: the most replicas short of Ready."""
+        """Per second during a rollout: the most replicas short of Ready, against the
+        fewest replicas wanted since the rollout started (so an autoscaler's scale-up during
+        the rollout, whose new pods are still loading, is not blamed on the rollout)."""
         record = self.rollout
         if record is None or record.completed_t is not None:
             return
         ready = self.world.ready.get(self.name, 0)
-        record.max_unavailable_seen = max(record.max_unavailable_seen, self.replicas - ready)
+        record.fewest_replicas = min(record.fewest_replicas, self.replicas)
+        wanted = record.fewest_replicas
+        record.max_unavailable_seen = max(record.max_unavailable_seen, wanted - ready)
         if now - record.last_progress_t > self.workload.progress_deadline_s:
             self._track(now)
 

@@ -342,9 +342,7 @@ class Simulation:
         counters.gpu_seconds += world.gpus_bound
         for controller in self.controllers.values():
             controller.observe(now)
-        columns["replicas_desired"].append(
-            sum(self.controllers[n].replicas for n in serving_names)
-        )
+        columns["replicas_desired"].append(sum(self.controllers[n].replicas for n in serving_names))
         columns["replicas_ready"].append(sum(world.ready.get(n, 0) for n in serving_names))
         columns["pending_pods"].append(sum(1 for p in world.pending if not p.tenant))
         columns["queue_depth"].append(queue)
