@@ -297,3 +297,26 @@ def test_topology_spread_constraints() -> None:
         f"{at}[1].matchLabelKeys: Forbidden: must not be specified when labelSelector is not set",
         f'{at}[2]: Duplicate value: "{{{hostname}, DoNotSchedule}}"',
     ]
+
+
+def test_service_named_target_port_must_exist_in_a_selected_pod() -> None:
+    manifests = rendered()
+    service = one(manifests, "Service", "llama")
+    deployment = one(manifests, "Deployment", "llama")
+    assert check_manifests([service, deployment]) == []
+    service["spec"]["ports"][0]["targetPort"] = "web"
+    [problem] = check_manifests([service, deployment])
+    assert problem.severity is Severity.WARNING
+    assert problem.path == "spec.ports[0].targetPort"
+    assert problem.message.startswith('spec.ports[0].targetPort: Not found: "web": accepted')
+    assert "no suitable port for manifest" in problem.message
+    assert problem.source.endswith("pkg/api/v1/pod/util.go")
+    # FindPort matches the protocol too.
+    service["spec"]["ports"][0]["targetPort"] = "http"
+    service["spec"]["ports"][0]["protocol"] = "UDP"
+    assert "UDP port named http" in check_manifests([service, deployment])[0].message
+    # Numbers need no lookup; pods that are not among the manifests cannot be compared.
+    service["spec"]["ports"][0] = {"name": "http", "port": 8000, "targetPort": 8000}
+    assert check_manifests([service, deployment]) == []
+    service["spec"]["ports"][0]["targetPort"] = "web"
+    assert check_manifests([service]) == []

@@ -12,6 +12,7 @@ from functools import cache
 from podserve.kube.apiserver.apps import check_apps
 from podserve.kube.apiserver.autoscaling import check_autoscaling
 from podserve.kube.apiserver.core import check_pod_spec
+from podserve.kube.apiserver.endpoints import FIND_PORT, check_service_ports
 from podserve.kube.apiserver.errors import (
     APPS_VALIDATION,
     AUTOSCALING_VALIDATION,
@@ -38,6 +39,7 @@ __all__ = [
     "PortedCheck",
     "check_manifest",
     "check_manifests",
+    "check_service_ports",
     "self_check",
     "server_problems",
 ]
@@ -80,6 +82,9 @@ PORTED_CHECKS: tuple[PortedCheck, ...] = (
                 "beside a labelSelector and disjoint from it",
                 'topologySpreadConstraints[0].matchLabelKeys[0]: Invalid value: "app": exists '
                 "in both matchLabelKeys and labelSelector", CORE_VALIDATION),
+    PortedCheck("Service + the pod templates it selects", "a named targetPort exists (name "
+                "and protocol) in a selected pod (warning: accepted, the Service gets no "
+                "endpoints)", "no suitable port for manifest", FIND_PORT),
     PortedCheck("Deployment, ReplicaSet, StatefulSet, DaemonSet", "selector matches the "
                 "template labels, and is not empty",
                 "spec.template.metadata.labels: Invalid value: <labels>: `selector` does not "
@@ -145,7 +150,11 @@ def check_manifest(manifest: Manifest) -> list[FieldError]:
 
 
 def check_manifests(manifests: Iterable[Manifest]) -> list[FieldError]:
-    return [problem for manifest in manifests for problem in check_manifest(manifest)]
+    """Each object's checks, then the checks across objects (a Service's named targetPort
+    against the pod templates it selects)."""
+    listed = list(manifests)
+    own = [problem for manifest in listed for problem in check_manifest(manifest)]
+    return own + [problem for _, problem in check_service_ports(listed)]
 
 
 @cache

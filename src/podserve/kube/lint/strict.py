@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 
-from podserve.kube.apiserver import check_manifest
+from podserve.kube.apiserver import FieldError, check_manifest, check_service_ports
 from podserve.kube.apiserver.cel import evaluate_cel
 from podserve.kube.lint.engine import ignored_rules
 from podserve.kube.lint.model import Finding, Rule
@@ -75,7 +75,13 @@ def strict_findings(
     object's `podserve.dev/lint-ignore` annotation."""
     skipped = set(ignore)
     findings: list[Finding] = []
-    for doc in documents:
+    listed = list(documents)
+    by_manifest = {id(doc.manifest): doc for doc in listed}
+    for manifest, problem in check_service_ports([doc.manifest for doc in listed]):
+        doc = by_manifest[id(manifest)]
+        if API_SERVER.id not in skipped | ignored_rules(doc):
+            findings.append(_finding(API_SERVER, doc, problem))
+    for doc in listed:
         silenced = skipped | ignored_rules(doc)
         if SCHEMA.id not in silenced:
             findings += _schema(doc, catalog, versions)
@@ -85,16 +91,17 @@ def strict_findings(
         ):
             if rule.id in silenced:
                 continue
-            findings += [
-                Finding(
-                    rule_id=rule.id,
-                    severity=problem.severity,
-                    object=object_label(doc.manifest),
-                    field=problem.path or "(root)",
-                    message=problem.message,
-                    fix=f"{rule.fix} Source: {problem.source}",
-                    source=doc.source,
-                )
-                for problem in problems
-            ]
+            findings += [_finding(rule, doc, problem) for problem in problems]
     return findings
+
+
+def _finding(rule: Rule, doc: Document, problem: FieldError) -> Finding:
+    return Finding(
+        rule_id=rule.id,
+        severity=problem.severity,
+        object=object_label(doc.manifest),
+        field=problem.path or "(root)",
+        message=problem.message,
+        fix=f"{rule.fix} Source: {problem.source}",
+        source=doc.source,
+    )
