@@ -106,7 +106,9 @@ PDB_WEAK_AT_SCALE = Rule(
     why="An absolute minAvailable is sized for the replica floor: `minAvailable: 1` on a "
     "service autoscaled to 8 lets a node drain or consolidation evict 7 replicas at once, "
     "and each needs minutes to load elsewhere while the survivor takes all the traffic. "
-    "maxUnavailable (or a percentage) keeps the budget proportional to the current size.",
+    "maxUnavailable (or a percentage) keeps the budget proportional to the current size. "
+    "Flags an integer minAvailable that, at the workload's most replicas (the autoscaler's "
+    "maximum), lets more than a quarter of them (at least 1) go at once.",
     fix="Use maxUnavailable: 1 (or a small percentage) for autoscaled services, or a "
     "minAvailable percentage such as 75%.",
     check=_weak,
