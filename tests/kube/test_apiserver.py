@@ -320,3 +320,14 @@ def test_service_named_target_port_must_exist_in_a_selected_pod() -> None:
     assert check_manifests([service, deployment]) == []
     service["spec"]["ports"][0]["targetPort"] = "web"
     assert check_manifests([service]) == []
+
+
+def test_self_check_without_cel_python_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from podserve.kube.apiserver import self_check
+
+    monkeypatch.setitem(sys.modules, "celpy", None)  # as if the kube extra were missing
+    problems = self_check(rendered())
+    assert [p.severity for p in problems] == [Severity.WARNING]
+    assert "CRD CEL rules not evaluated: install podserve[kube] (cel-python)" in str(problems[0])
