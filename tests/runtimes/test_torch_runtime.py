@@ -34,8 +34,8 @@ class Affine(torch.nn.Module):  # type: ignore[misc,name-defined]  # torch is An
         super().__init__()
         self.linear = torch.nn.Linear(4, 2)
 
-    # torch is untyped to mypy here (pyproject's overrides): tensors are Any
-    def forward(self, x: Any) -> Any:
+    # TorchScript reads these annotations; to mypy torch is a module value here
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[name-defined]
         return torch.tanh(self.linear(x))
 
 
