@@ -8,6 +8,9 @@ import pytest
 from podserve.kube.lint import ALL_RULES, lint_documents
 from podserve.kube.lint.rules.wake import metrics_in
 from podserve.kube.yamlio import parse_documents
+from tests.kube.paths import FIXTURES
+
+LINT_FIXTURES = FIXTURES / "lint"
 
 
 def found(text: str, rule_id: str) -> list[str]:
@@ -324,3 +327,23 @@ def test_non_production_gpu_service_needs_its_active_hours() -> None:
     assert "nonprod-gpu-always-on" not in lint(document)  # the cron window is rendered
     del document["spec"]["autoscaling"]["activeHours"]
     assert "nonprod-gpu-always-on" in lint(document)
+
+
+def test_grpc_route_must_reach_the_grpc_port() -> None:
+    base = (LINT_FIXTURES / "grpc-without-l7-route" / "fail.yaml").read_text()
+    service = base.replace(
+        "ports: [{name: grpc, port: 8001, appProtocol: kubernetes.io/h2c}]",
+        "ports: [{name: http, port: 8000},"
+        " {name: grpc, port: 8001, appProtocol: kubernetes.io/h2c}]",
+    )
+    route = """
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: llm, namespace: ml}
+spec:
+  rules: [{backendRefs: [{name: llm, port: PORT}]}]
+"""
+    # An HTTPRoute to the HTTP port leaves the gRPC port at L4.
+    assert found(service + route.replace("PORT", "8000"), "grpc-without-l7-route")
+    assert not found(service + route.replace("PORT", "8001"), "grpc-without-l7-route")

@@ -65,22 +65,25 @@ _MESH_MARKERS = (
 )
 
 
-def _grpc_ports(service: Mapping[str, Any]) -> list[str]:
+def _grpc_ports(service: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """(name, port number) of the ports that carry gRPC."""
     return [
-        str(port.get("name") or port.get("port"))
+        (str(port.get("name") or port.get("port")), port.get("port"))
         for port in (service.get("spec") or {}).get("ports") or []
         if str(port.get("appProtocol", "")).lower() in _GRPC_PROTOCOLS
         or str(port.get("name", "")).startswith("grpc")
     ]
 
 
-def _routed_services(ctx: LintContext) -> set[tuple[str, str]]:
+def _routed_ports(ctx: LintContext) -> set[tuple[str, str, Any]]:
+    """(namespace, Service, port) that a GRPCRoute or HTTPRoute sends traffic to."""
     routed = set()
     for route in ctx.of_kind("GRPCRoute", "HTTPRoute"):
         for rule in (route.manifest.get("spec") or {}).get("rules") or []:
             for ref in rule.get("backendRefs") or []:
                 if ref.get("kind", "Service") == "Service" and ref.get("group", "") == "":
-                    routed.add((str(ref.get("namespace", _ns(route))), str(ref.get("name"))))
+                    namespace = str(ref.get("namespace", _ns(route)))
+                    routed.add((namespace, str(ref.get("name")), ref.get("port")))
     return routed
 
 
@@ -91,16 +94,21 @@ def _meshed(labels: Mapping[str, str], annotations: Mapping[str, str]) -> bool:
 
 
 def _grpc_l4(ctx: LintContext) -> Iterator[Hit]:
-    routed = _routed_services(ctx)
+    routed = _routed_ports(ctx)
     for pod in ctx.pods:
         if not pod.served or ctx.max_replicas(pod) < 2 or _meshed(pod.labels, pod.annotations):
             continue
         for service in services_for(ctx, pod):
             spec = service.manifest.get("spec") or {}
-            ports = _grpc_ports(service.manifest)
-            if not ports or spec.get("clusterIP") == "None":
+            if spec.get("clusterIP") == "None":
                 continue  # headless: clients balance per pod themselves
-            if (_ns(service), str(_meta(service).get("name"))) in routed:
+            key = (_ns(service), str(_meta(service).get("name")))
+            ports = [
+                name
+                for name, number in _grpc_ports(service.manifest)
+                if (*key, number) not in routed
+            ]
+            if not ports:
                 continue
             yield Hit(
                 service,
