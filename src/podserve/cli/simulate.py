@@ -83,7 +83,7 @@ def _run(args: argparse.Namespace) -> int:
             try:
                 bench = bench_capacity(json.loads(args.bench.read_text()))
             except json.JSONDecodeError as exc:
-                raise _usage(f"{args.bench} is not JSON: {exc}") from exc
+                raise _usage(f"--bench {args.bench} is not JSON: {exc}") from exc
         events = tuple(sorted((parse_event(e) for e in args.event), key=lambda e: e.t))
         manifests = manifests_from_text(text, args.input)
         scenario = scenario_from_manifests(manifests, bench)
