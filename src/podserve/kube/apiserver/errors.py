@@ -88,17 +88,22 @@ class FieldError:
     severity: Severity = Severity.ERROR
 
     @property
-    def message(self) -> str:
-        """The server's text for this field, e.g. `spec.x: Invalid value: 0: may not be 0`."""
+    def body(self) -> str:
+        """The text after the path: `Invalid value: 0: may not be 0 when ...`."""
         if self.type is ErrorType.WEBHOOK:
             return f'admission webhook "{self.value}" denied the request: {self.detail}'
         if self.type in _NO_VALUE:
-            body = f"{self.type.value}: {self.detail}" if self.detail else self.type.value
-        else:
-            body = f"{self.type.value}: {show_value(self.value)}"
-            if self.detail:
-                body += f": {self.detail}"
-        return f"{self.path}: {body}" if self.path else body
+            return f"{self.type.value}: {self.detail}" if self.detail else self.type.value
+        body = f"{self.type.value}: {show_value(self.value)}"
+        return f"{body}: {self.detail}" if self.detail else body
+
+    @property
+    def message(self) -> str:
+        """The server's text for this field, e.g. `spec.x: Invalid value: 0: may not be 0`
+        (a webhook's denial names no field)."""
+        if self.type is ErrorType.WEBHOOK or not self.path:
+            return self.body
+        return f"{self.path}: {self.body}"
 
     def __str__(self) -> str:
         return f"{self.object}: {self.message}"

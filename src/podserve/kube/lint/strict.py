@@ -101,7 +101,7 @@ def _finding(rule: Rule, doc: Document, problem: FieldError) -> Finding:
         severity=problem.severity,
         object=object_label(doc.manifest),
         field=problem.path or "(root)",
-        message=problem.message,
+        message=problem.body,
         fix=f"{rule.fix} Source: {problem.source}",
         source=doc.source,
     )
