@@ -154,7 +154,8 @@ def test_manifest_input_text_format_and_rollout(cli: CliRunner, tmp_path: Path) 
     assert code == 0, err
     assert "scheduled: yes" in out
     assert "rollout: completed in" in out
-    assert "requests:" in out and "findings:" in out
+    assert "requests:" in out
+    assert "findings:" in out
 
 
 def test_progress_on_long_simulations(cli: CliRunner, tmp_path: Path) -> None:

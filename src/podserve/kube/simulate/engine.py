@@ -329,7 +329,7 @@ class Simulation:
         for pod in list(world.terminating):
             owner = self.fleets.get(pod.owner)
             if owner is not None and pod.inflight:
-                done = drain_step(owner.params, pod.inflight)
+                done, pod.drain_carry = drain_step(owner.params, pod.inflight, pod.drain_carry)
                 pod.inflight -= done
                 served += done
                 inflight += pod.inflight

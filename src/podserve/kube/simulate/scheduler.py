@@ -9,6 +9,7 @@ pairs, e.g. "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."."""
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -196,7 +197,7 @@ class Scheduler:
                 for c in pod.template.spread
                 if not c.hard
             ]
-            best = min(feasible, key=lambda n: (*self._score(pod, n, soft), n.name))
+            best = min(feasible, key=lambda n: (*self._score(pod, n, soft), _tie(pod.name, n.name)))
             return Decision(best)
         message = fit_error(len(nodes), histogram)
         if not pod.template.preempts:
@@ -283,6 +284,12 @@ class Scheduler:
         if not node_matches(template, node.labels):
             return True
         return bool(insufficient(template.requests, freed))
+
+
+def _tie(pod: str, node: str) -> int:
+    """Equal scores: upstream picks one at random (schedule_one.go selectHost); a hash of
+    the pair keeps that spread and the run deterministic."""
+    return zlib.crc32(f"{pod}/{node}".encode())
 
 
 def fit_error(total: int, histogram: Mapping[str, int]) -> str:

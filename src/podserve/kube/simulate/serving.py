@@ -93,7 +93,10 @@ class Fleet:
         return share
 
 
-def drain_step(params: ServingParams, inflight: int) -> int:
-    """Requests a terminating pod finishes in one second."""
-    busy = min(inflight, params.concurrency)
-    return min(inflight, max(1, math.floor(busy / params.service_s))) if inflight else 0
+def drain_step(params: ServingParams, inflight: int, carry: float) -> tuple[int, float]:
+    """Requests a terminating pod finishes in one second, and the fraction carried over."""
+    if inflight <= 0:
+        return 0, 0.0
+    work = min(inflight, params.concurrency) / params.service_s + carry
+    done = min(inflight, math.floor(work))
+    return done, work - done

@@ -68,6 +68,7 @@ class Pod:
     deleted_t: float | None = None
     kill_t: float | None = None  # SIGKILL (grace expiry, or the node disappearing)
     inflight: int = 0  # requests it still holds while terminating
+    drain_carry: float = 0.0
     nominated: Node | None = None
     reason: str = ""  # last FailedScheduling message
     tenant: bool = False
