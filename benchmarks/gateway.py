@@ -396,6 +396,7 @@ async def budget_clients(
                     "stream_options": {"include_usage": True},
                 }
                 rec: dict[str, Any] = {
+                    "rid": f"bench-{i}",
                     "max_tokens": max_tokens,
                     "cancel": cancel_after,
                     "sent_s": time.time(),
@@ -405,7 +406,7 @@ async def budget_clients(
                     "POST",
                     f"{urls[i % len(urls)]}/v1/completions",
                     json=body,
-                    headers={"authorization": f"Bearer {key}"},
+                    headers={"authorization": f"Bearer {key}", "x-request-id": rec["rid"]},
                 ) as reply:
                     rec["code"] = reply.status_code
                     rec["admitted_s"] = time.time()
@@ -444,6 +445,14 @@ def phase_budget(work: Path, budget_usd: float, attempts: int) -> dict[str, Any]
             key = gws[0].key("--team", "budget", "--budget-usd", str(budget_usd))
             records = asyncio.run(budget_clients([g.url for g in gws], key, attempts, 7))
             # Let the last settlements reach the ledger (the writer drains every 0.2 s).
+            admitted = sum(1 for r in records if r["code"] == 200)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                with psycopg.connect(dsn) as conn:
+                    count = conn.execute("SELECT COUNT(*) FROM gateway_ledger").fetchone()
+                if count is not None and count[0] >= admitted:
+                    break
+                time.sleep(0.2)  # polling the ledger the gateways write
             spend = subprocess.run(
                 [
                     sys.executable,
@@ -465,63 +474,80 @@ def phase_budget(work: Path, budget_usd: float, attempts: int) -> dict[str, Any]
             )
             with psycopg.connect(dsn) as conn:
                 rows = conn.execute(
-                    "SELECT status, COUNT(*), SUM(cost_micro), SUM(prompt_tokens), "
-                    "SUM(completion_tokens) FROM gateway_ledger GROUP BY status"
+                    "SELECT request_id, status, prompt_tokens, completion_tokens, cost_micro "
+                    "FROM gateway_ledger"
                 ).fetchall()
         finally:
             for g in gws:
                 g.stop()
     for p in pods:
         p.stop()
+    return _budget_report(records, rows, round(budget_usd * 1e6), json.loads(spend.stdout))
+
+
+def _budget_report(
+    records: list[dict[str, Any]],
+    rows: list[tuple[Any, ...]],
+    budget_micro: int,
+    spend_cli: Any,
+) -> dict[str, Any]:
     ledger = {
-        r[0]: {"rows": r[1], "cost_micro": int(r[2]), "prompt": int(r[3]), "completion": int(r[4])}
-        for r in rows
+        r[0]: {"status": r[1], "prompt": r[2], "completion": r[3], "cost": r[4]} for r in rows
     }
-    budget_micro = round(budget_usd * 1e6)
-    ok = [r for r in records if r["code"] == 200 and r["usage"] is not None]
-    cancelled = [r for r in records if r["code"] == 200 and r["usage"] is None]
+    admitted = [r for r in records if r["code"] == 200]
     refused = [r for r in records if r["code"] == 429]
-    client_ok_micro = sum(
-        _cost(r["usage"]["prompt_tokens"], r["usage"]["completion_tokens"]) for r in ok
+    # 1. The ledger is usage x price, row by row, and complete.
+    priced_wrong = sum(
+        1 for v in ledger.values() if v["cost"] != _cost(v["prompt"], v["completion"])
     )
-    # False rejections: refused while the budget, less the real cost of everything admitted
-    # before, still covered this request's real need (its prompt plus its max_tokens; the
-    # prompt is 3 tokens).
-    admitted = sorted(
-        (
-            r["admitted_s"],
-            _cost(r["usage"]["prompt_tokens"], r["usage"]["completion_tokens"])
-            if r["usage"]
-            else _cost(3, r["received"]),
-        )
-        for r in ok + cancelled
+    missing = [r["rid"] for r in admitted if r["rid"] not in ledger]
+    # 2. Where the client saw the upstream's usage, the ledger holds exactly that usage.
+    usage_mismatch = 0
+    cancel_under = 0
+    for r in admitted:
+        row = ledger.get(r["rid"])
+        if row is None:
+            continue
+        if r["usage"] is not None:
+            u = r["usage"]
+            usage_mismatch += (row["status"], row["prompt"], row["completion"]) != (
+                "ok",
+                u["prompt_tokens"],
+                u["completion_tokens"],
+            )
+        else:  # the client left: charged prompt + tokens sent (>= what it read)
+            cancel_under += row["completion"] < r["received"]
+    # 3. False rejections: refused although the budget, less the real (ledger) cost of every
+    # request admitted before the refusal, still covered this request's full need.
+    timeline = sorted(
+        (r["admitted_s"], ledger[r["rid"]]["cost"]) for r in admitted if r["rid"] in ledger
     )
     false_rejections = 0
     for r in refused:
-        spent_before = sum(c for t, c in admitted if t <= r["admitted_s"])
+        spent_before = sum(c for t, c in timeline if t <= r["admitted_s"])
         if budget_micro - spent_before >= _cost(3, r["max_tokens"]):
             false_rejections += 1
-    total_ledger = sum(v["cost_micro"] for v in ledger.values())
+    total = sum(v["cost"] for v in ledger.values())
+    statuses = Counter(v["status"] for v in ledger.values())
     return {
         "budget_micro": budget_micro,
         "attempts": len(records),
-        "admitted": len(ok) + len(cancelled),
-        "cancelled": len(cancelled),
+        "admitted": len(admitted),
+        "client_cancelled": sum(1 for r in admitted if r["usage"] is None),
         "refused_429": len(refused),
         "other_codes": _str_keys(
             Counter(r["code"] for r in records if r["code"] not in (200, 429))
         ),
-        "ledger_by_status": ledger,
-        "ledger_total_micro": total_ledger,
-        "spend_within_budget": total_ledger <= budget_micro,
-        "completed_ledger_equals_usage_x_price": ledger.get("ok", {}).get("cost_micro")
-        == client_ok_micro,
-        "client_completed_micro": client_ok_micro,
-        "cancelled_charged_at_least_received": ledger.get("cancelled", {}).get("completion", 0)
-        >= sum(r["received"] for r in cancelled),
+        "ledger_rows_by_status": dict(statuses),
+        "ledger_total_micro": total,
+        "spend_within_budget": total <= budget_micro,
+        "ledger_rows_not_usage_x_price": priced_wrong,
+        "admitted_without_ledger_row": len(missing),
+        "ledger_differs_from_upstream_usage": usage_mismatch,
+        "cancelled_charged_below_received": cancel_under,
         "false_rejections": false_rejections,
         "false_rejection_rate": round(false_rejections / max(1, len(records)), 4),
-        "spend_cli": json.loads(spend.stdout),
+        "spend_cli": spend_cli,
     }
 
 

@@ -210,3 +210,15 @@ def test_relay_strips_the_usage_chunk_and_counts_tokens() -> None:
     assert relay.tally.usage.completion_tokens == 2
     kept = EventRelay(keep_usage_chunk=True)
     assert b"usage" in kept.feed(stream)
+
+
+def test_round_robin_ignores_load() -> None:
+    router = _router(policy="round-robin")
+    router.update_load("http://a", EndpointLoad(ready=True, waiting=3, running=8))
+    router.update_load("http://b", EndpointLoad(ready=True))
+    router.update_load("http://c", EndpointLoad(ready=True))
+    stable = [
+        t.base_url for t in (router.plan("m", 0.0)[0] for _ in range(40)) if t.upstream == "stable"
+    ]
+    # Alternating (the canary's picks rank this pool as overflow and move it along too).
+    assert abs(stable.count("http://a") - stable.count("http://b")) <= 2

@@ -164,7 +164,7 @@ class Accounting:
         )
         return rpm, tpm
 
-    async def admit(self, key: KeyRecord, bill: Billable) -> Admission:
+    async def admit(self, key: KeyRecord, bill: Billable, request_id: str = "") -> Admission:
         if not key.allows(bill.model):
             raise ModelForbidden(f"this key may not use model '{bill.model}'")
         rate = self.rate(bill.model)
@@ -188,7 +188,7 @@ class Accounting:
             rpm=rpm,
             tpm=tpm,
             lease_until=self._wall() + self._config.defaults.lease_s,
-            labels=Labels(key.key_id, key.team, key.namespace, bill.model),
+            labels=Labels(key.key_id, key.team, key.namespace, bill.model, request_id),
         )
         local = False
         try:

@@ -160,7 +160,7 @@ class Gateway:
 
     async def _proxy(self, request: Request, endpoint: Endpoint) -> Response:
         started = time.perf_counter()
-        rid = request.headers.get("x-request-id") or uuid.uuid4().hex
+        rid = _request_id(request.headers.get("x-request-id"))
         try:
             key = await self.accounting.authenticate(request.headers.get("authorization"))
             raw = await request.body()
@@ -173,7 +173,7 @@ class Gateway:
                 bill = billable(parsed, endpoint)
             if not self.router.knows(bill.model):
                 raise UnknownModel(f"model '{bill.model}' is not served by this gateway")
-            admission = await self.accounting.admit(key, bill)
+            admission = await self.accounting.admit(key, bill, rid)
         except BadRequest as exc:
             return self._refuse(InvalidRequest(str(exc)), started)
         except GatewayError as exc:
@@ -189,7 +189,7 @@ class Gateway:
         response = attempt.response
         is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
         if response.status_code == 200 and is_sse:
-            return self._stream(attempt, admission, bill, started)
+            return self._stream(attempt, admission, bill, started, rid)
         try:
             content = await response.aread()
         except httpx.HTTPError as exc:
@@ -209,6 +209,7 @@ class Gateway:
             response.headers.get("content-type", "application/json"),
         )
         reply.headers["x-podserve-gateway-upstream"] = attempt.target.upstream
+        reply.headers["x-request-id"] = rid
         # Settled after the body is sent: the store's round trip is not the client's wait.
         reply.background = BackgroundTask(
             self._settle,
@@ -221,7 +222,7 @@ class Gateway:
         return reply
 
     def _stream(
-        self, attempt: Attempted, admission: Admission, bill: Billable, started: float
+        self, attempt: Attempted, admission: Admission, bill: Billable, started: float, rid: str
     ) -> Response:
         upstream = attempt.target.upstream
 
@@ -240,6 +241,7 @@ class Gateway:
         headers = {
             OVERHEAD_HEADER: f"{overhead_ms:.3f}",
             "x-podserve-gateway-upstream": upstream,
+            "x-request-id": rid,
             "cache-control": "no-cache",
         }
         return RelayResponse(attempt.response, EventRelay(bill.wants_usage), headers, finish)
@@ -304,6 +306,14 @@ class Gateway:
         if exc.retry_after_s is not None:
             reply.headers["retry-after"] = str(exc.retry_after_s)
         return reply
+
+
+def _request_id(given: str | None) -> str:
+    """The client's x-request-id when it is a sane token (it lands in logs and the
+    ledger), else a fresh one."""
+    if given and len(given) <= 128 and given.isascii() and given.isprintable():
+        return given
+    return uuid.uuid4().hex
 
 
 def open_store(config: GatewayConfig, env: Mapping[str, str]) -> Store:

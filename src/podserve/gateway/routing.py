@@ -45,6 +45,7 @@ class _PoolState:
     max_waiting: float
     endpoints: tuple[str, ...]
     current: int = 0  # smooth weighted round-robin's running weight
+    rotation: int = 0  # which pod goes first among equals
 
 
 @dataclass(slots=True)
@@ -72,7 +73,6 @@ class Router:
         self._pool_of = {ep.rstrip("/"): p.name for p in config.pools for ep in p.endpoints}
         self._loads: dict[str, EndpointLoad] = {}
         self._inflight: dict[str, int] = {}
-        self._rotation = 0
         r = config.routing
         self._breakers: dict[str, Breaker] = {}
         self._breaker_args = (r.breaker_failures, r.breaker_open_s)
@@ -150,14 +150,14 @@ class Router:
             return []
         queue_scores = _normalised([q for _, q, _ in eligible])
         kv_scores = _normalised([kv for _, _, kv in eligible])
-        self._rotation += 1
+        pool.rotation += 1
         n = len(eligible)
         # Lower is better; ties go to the next pod in rotation, not always the first.
         ranked = sorted(
             range(n),
             key=lambda i: (
                 queue_scores[i] + kv_scores[i] if self._by_load else 0.0,
-                (i - self._rotation) % n,
+                (i - pool.rotation) % n,
             ),
         )
         return [Target(pool.name, eligible[i][0], hosted=False) for i in ranked]

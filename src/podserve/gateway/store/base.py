@@ -54,6 +54,7 @@ class Labels:
     team: str
     namespace: str
     model: str
+    request_id: str = ""  # the client's x-request-id (or the gateway's), for audits
 
 
 @dataclass(frozen=True, slots=True)

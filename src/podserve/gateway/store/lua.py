@@ -86,7 +86,7 @@ local function settle(res, res_id, cost, prompt, completion, upstream, status, a
     end
   end
   local row = cjson.decode(f[5])
-  row['request_id'] = res_id; row['upstream'] = upstream; row['status'] = status
+  row['reservation_id'] = res_id; row['upstream'] = upstream; row['status'] = status
   row['prompt_tokens'] = prompt; row['completion_tokens'] = completion
   row['cost_micro'] = cost; row['at'] = at
   redis.call('RPUSH', KEYS[3], cjson.encode(row))

@@ -38,7 +38,8 @@ CREATE TABLE IF NOT EXISTS gateway_keys (
   tpm INTEGER, expires_at DOUBLE PRECISION, revoked BOOLEAN NOT NULL DEFAULT FALSE,
   created_at DOUBLE PRECISION NOT NULL);
 CREATE TABLE IF NOT EXISTS gateway_ledger (
-  request_id TEXT PRIMARY KEY, at DOUBLE PRECISION NOT NULL, key_id TEXT, team TEXT,
+  reservation_id TEXT PRIMARY KEY, request_id TEXT, at DOUBLE PRECISION NOT NULL,
+  key_id TEXT, team TEXT,
   namespace TEXT, model TEXT, upstream TEXT, prompt_tokens BIGINT NOT NULL,
   completion_tokens BIGINT NOT NULL, cost_micro BIGINT NOT NULL, status TEXT NOT NULL);
 """
@@ -181,6 +182,7 @@ class RedisPostgresStore:
                 "team": hold.labels.team,
                 "namespace": hold.labels.namespace,
                 "model": hold.labels.model,
+                "request_id": hold.labels.request_id,
             }
         )
         args: list[str | int | float] = [
@@ -266,8 +268,8 @@ class RedisPostgresStore:
                         async with conn.transaction(), conn.cursor() as cur:
                             await cur.executemany(
                                 b"INSERT INTO gateway_ledger VALUES "
-                                b"(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) "
-                                b"ON CONFLICT (request_id) DO NOTHING",
+                                b"(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) "
+                                b"ON CONFLICT (reservation_id) DO NOTHING",
                                 rows,
                             )
                     except psycopg.OperationalError as exc:
@@ -298,7 +300,8 @@ class RedisPostgresStore:
 
 def _ledger_row(row: dict[str, Any]) -> tuple[Any, ...]:
     return (
-        str(row["request_id"]),
+        str(row["reservation_id"]),
+        row.get("request_id"),
         float(row["at"]),
         row.get("key_id"),
         row.get("team"),

@@ -39,10 +39,12 @@ CREATE TABLE IF NOT EXISTS windows (
 CREATE TABLE IF NOT EXISTS reservations (
   id TEXT PRIMARY KEY, scopes TEXT NOT NULL, amount INTEGER NOT NULL, tpm TEXT NOT NULL,
   tpm_tokens INTEGER NOT NULL, prompt_tokens INTEGER NOT NULL, max_tokens INTEGER NOT NULL,
-  lease_until REAL NOT NULL, key_id TEXT, team TEXT, namespace TEXT, model TEXT);
+  lease_until REAL NOT NULL, key_id TEXT, team TEXT, namespace TEXT, model TEXT,
+  request_id TEXT);
 CREATE INDEX IF NOT EXISTS reservations_lease ON reservations (lease_until);
 CREATE TABLE IF NOT EXISTS ledger (
-  request_id TEXT PRIMARY KEY, at REAL NOT NULL, key_id TEXT, team TEXT, namespace TEXT,
+  reservation_id TEXT PRIMARY KEY, request_id TEXT, at REAL NOT NULL, key_id TEXT,
+  team TEXT, namespace TEXT,
   model TEXT, upstream TEXT, prompt_tokens INTEGER NOT NULL,
   completion_tokens INTEGER NOT NULL, cost_micro INTEGER NOT NULL, status TEXT NOT NULL);
 """
@@ -150,7 +152,7 @@ class SqliteStore:
                 )
             labels = hold.labels
             db.execute(
-                "INSERT INTO reservations VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO reservations VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     hold.reservation_id,
                     json.dumps([s.name for s in hold.scopes]),
@@ -164,6 +166,7 @@ class SqliteStore:
                     labels.team,
                     labels.namespace,
                     labels.model,
+                    labels.request_id,
                 ),
             )
             return decision
@@ -203,13 +206,13 @@ class SqliteStore:
 
 def _settle(db: sqlite3.Connection, s: Settlement) -> bool:
     row = db.execute(
-        "SELECT scopes, amount, tpm, tpm_tokens, key_id, team, namespace, model "
+        "SELECT scopes, amount, tpm, tpm_tokens, key_id, team, namespace, model, request_id "
         "FROM reservations WHERE id = ?",
         (s.reservation_id,),
     ).fetchone()
     if row is None:
         return False
-    scopes, amount, tpm, tpm_tokens, key_id, team, namespace, model = row
+    scopes, amount, tpm, tpm_tokens, key_id, team, namespace, model, request_id = row
     for name in json.loads(scopes):
         db.execute(
             "UPDATE scopes SET reserved = reserved - ?, committed = committed + ? WHERE name = ?",
@@ -221,9 +224,10 @@ def _settle(db: sqlite3.Connection, s: Settlement) -> bool:
             db.execute("UPDATE windows SET used = used - ? WHERE counter = ?", (unused, counter))
     db.execute("DELETE FROM reservations WHERE id = ?", (s.reservation_id,))
     db.execute(
-        "INSERT INTO ledger VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+        "INSERT INTO ledger VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
         (
             s.reservation_id,
+            request_id,
             s.at,
             key_id,
             team,
