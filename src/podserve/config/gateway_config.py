@@ -118,6 +118,12 @@ class Defaults(_Section):
         OnBudgetShort.REJECT,
         description="`reject` (429) or `clamp` max_tokens to what the budget still covers.",
     )
+    budget_wait_s: float = Field(
+        10.0,
+        ge=0,
+        description="A request that does not fit only because of other outstanding "
+        "reservations waits up to this long for them to settle before its 429 (0: no wait).",
+    )
     lease_s: float = Field(
         600.0, gt=0, description="A reservation not settled by then is charged in full."
     )

@@ -7,6 +7,7 @@ falls back to `LocalBudgets`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -40,6 +41,7 @@ from podserve.gateway.store.base import (
 from podserve.gateway.wire import Billable, Endpoint
 
 T = TypeVar("T")
+_BUDGET_POLL_S = 0.025
 log = logging.getLogger("podserve.gateway")
 
 
@@ -69,6 +71,7 @@ class Accounting:
         self._timeout_s = config.store_timeout_ms / 1000
         self._keys: dict[str, tuple[KeyRecord, float]] = {}
         self._lookups: dict[str, asyncio.Future[KeyRecord | None]] = {}
+        self._settled = asyncio.Event()  # replaced after each settlement: wakes waiters
         self._local = LocalBudgets(config.fail_open.replicas)
         self._rates: dict[str, Rate] = {}
         self._counters: dict[str, tokens.Counter] = {}
@@ -191,13 +194,27 @@ class Accounting:
             labels=Labels(key.key_id, key.team, key.namespace, bill.model, request_id),
         )
         local = False
-        try:
-            decision = await self._call(self.store.reserve(hold))
-        except StoreDown:
-            if not self._config.fail_open.enabled:
-                raise
-            log.warning("store down: admitting against the local share of the budget")
-            decision, local = self._local.reserve(hold), True
+        deadline = self._mono() + self._config.defaults.budget_wait_s
+        while True:
+            settled = self._settled
+            try:
+                decision = await self._call(self.store.reserve(hold))
+            except StoreDown:
+                if not self._config.fail_open.enabled:
+                    raise
+                log.warning("store down: admitting against the local share of the budget")
+                decision, local = self._local.reserve(hold), True
+            if (
+                not isinstance(decision, Refusal)
+                or not decision.may_fit_later
+                or self._mono() >= deadline
+            ):
+                break
+            # Outstanding holds will settle at or below their amount: wait for one (here,
+            # or on another replica: hence the short timeout) instead of a false 429.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_BUDGET_POLL_S):
+                    await settled.wait()
         if isinstance(decision, Refusal):
             raise OverLimit(
                 _refusal_message(decision), decision.reason.value, decision.retry_after_s
@@ -211,6 +228,15 @@ class Accounting:
     ) -> int:
         """Record the real cost; returns it in micro-dollars."""
         cost = admission.rate.cost_micro(usage.prompt_tokens, usage.completion_tokens)
+        try:
+            return await self._settle(admission, usage, outcome, upstream, cost)
+        finally:
+            self._settled.set()
+            self._settled = asyncio.Event()
+
+    async def _settle(
+        self, admission: Admission, usage: Usage, outcome: Outcome, upstream: str, cost: int
+    ) -> int:
         if admission.local:
             self._local.settle(admission.reservation_id, cost)
             log.warning(

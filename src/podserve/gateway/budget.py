@@ -88,6 +88,9 @@ class Refusal:
     reason: RefusalReason
     scope: str
     retry_after_s: int
+    # Budget refusals while other reservations are outstanding: they settle at or below
+    # their hold, so waiting for them may let this request fit without overshooting.
+    may_fit_later: bool = False
 
 
 def grant(
@@ -112,8 +115,8 @@ def grant(
         if n < plan.min_tokens:
             # Outstanding reservations will settle (usually below their hold): worth a
             # retry soon. A budget spent outright does not come back by waiting.
-            retry = 1 if scope.reserved_micro > 0 else 3600
-            return Refusal(RefusalReason.BUDGET, scope.name, retry)
+            pending = scope.reserved_micro > 0
+            return Refusal(RefusalReason.BUDGET, scope.name, 1 if pending else 3600, pending)
     return Grant(n, plan.rate.cost_micro(plan.prompt_tokens, n), plan.prompt_tokens + n)
 
 

@@ -217,8 +217,10 @@ class RedisPostgresStore:
         if verdict == "tpm":
             w = hold.tpm[index]
             return Refusal(RefusalReason.TPM, w.name, max(1, int(-(-w.resets_in_s // 1))))
-        retry = 1 if int(reply[2]) > 0 else 3600  # as budget.grant decides it
-        return Refusal(RefusalReason.BUDGET, hold.scopes[index].name, retry)
+        pending = int(reply[2]) > 0  # as budget.grant decides it
+        return Refusal(
+            RefusalReason.BUDGET, hold.scopes[index].name, 1 if pending else 3600, pending
+        )
 
     async def settle(self, settlement: Settlement) -> bool:
         s = settlement

@@ -1,0 +1,78 @@
+"""Accounting in process over a real SQLite store: a request that does not fit only because
+of outstanding holds waits for them to settle instead of taking a false 429."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from podserve.config.gateway_config import load_gateway_config
+from podserve.core.clock import FakeClock
+from podserve.gateway.accounting import Accounting
+from podserve.gateway.budget import Usage
+from podserve.gateway.errors import OverLimit
+from podserve.gateway.keys import KeyRecord, key_id_of, new_key
+from podserve.gateway.store.base import Outcome
+from podserve.gateway.store.sqlite import SqliteStore
+from podserve.gateway.wire import Endpoint, billable
+
+CONFIG = """
+prices: {m: {inputPerMillionUsd: 1, outputPerMillionUsd: 2}}
+defaults: {budgetWaitS: %s}
+"""
+
+
+async def _setup(tmp_path: Path, wait_s: float) -> tuple[Accounting, KeyRecord, FakeClock]:
+    clock = FakeClock()
+    store = SqliteStore(tmp_path / "gw.db")
+    _, digest = new_key()
+    key = KeyRecord(
+        key_id_of(digest), digest, "t", "ns", (), 100, None, None, None, False, time.time()
+    )
+    await store.create_key(key)
+    return (
+        Accounting(load_gateway_config(CONFIG % wait_s), store, monotonic=clock.now_s),
+        key,
+        clock,
+    )
+
+
+def _bill(max_tokens: int) -> object:
+    return billable({"model": "m", "prompt": "abc", "max_tokens": max_tokens}, Endpoint.COMPLETIONS)
+
+
+async def test_a_request_waits_for_outstanding_holds(tmp_path: Path) -> None:
+    accounting, key, _ = await _setup(tmp_path, 10)
+    first = await accounting.admit(key, _bill(40))  # 3 + 2 * 40 = 83 of 100 held
+    second = asyncio.ensure_future(accounting.admit(key, _bill(10)))  # needs 23
+    # Still waiting while the hold is outstanding (the fake clock keeps its deadline away).
+    done, _ = await asyncio.wait({second}, timeout=0.2)
+    assert not done
+    await accounting.settle(first, Usage(3, 5), Outcome.OK, "pool")  # real cost 13
+    admitted = await second
+    assert admitted.max_tokens == 10
+    await accounting.settle(admitted, Usage(3, 10), Outcome.OK, "pool")
+    await accounting.store.close()
+
+
+async def test_without_waiting_the_same_request_is_refused(tmp_path: Path) -> None:
+    accounting, key, _ = await _setup(tmp_path, 0)
+    await accounting.admit(key, _bill(40))
+    with pytest.raises(OverLimit) as refused:
+        await accounting.admit(key, _bill(10))
+    assert refused.value.reason == "budget"
+    assert refused.value.retry_after_s == 1
+    await accounting.store.close()
+
+
+async def test_a_spent_budget_is_refused_at_once(tmp_path: Path) -> None:
+    accounting, key, _ = await _setup(tmp_path, 10)
+    done = await accounting.admit(key, _bill(40))
+    await accounting.settle(done, Usage(3, 40), Outcome.OK, "pool")  # 83 spent
+    with pytest.raises(OverLimit) as refused:  # no hold outstanding: nothing to wait for
+        await accounting.admit(key, _bill(10))
+    assert refused.value.retry_after_s == 3600
+    await accounting.store.close()
