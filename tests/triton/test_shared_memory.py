@@ -13,7 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.grpc.aio as grpc_aio
 import tritonclient.http as httpclient
+import tritonclient.http.aio as http_aio
 import tritonclient.utils as utils
 from tritonclient.utils import InferenceServerException
 
@@ -271,3 +273,29 @@ def test_server_metadata_lists_exactly_what_is_implemented(
     assert {"system_shared_memory", "binary_tensor_data", "generate"} <= rest
     # Registering a CUDA region always fails here, so the extension is not claimed.
     assert "cuda_shared_memory" not in rest
+
+
+async def test_the_asyncio_clients_drive_shared_memory_too(
+    server: ServerProcess, regions: Regions
+) -> None:
+    """simple_*_aio_shm_client's flow on both edges."""
+    http_url, grpc_url = f"127.0.0.1:{server.http_port}", f"127.0.0.1:{server.grpc_port}"
+    async with (
+        http_aio.InferenceServerClient(http_url) as http,
+        grpc_aio.InferenceServerClient(grpc_url) as grpc,
+    ):
+        for client, module in ((http, http_aio), (grpc, grpc_aio)):
+            await client.unregister_system_shared_memory()
+            for name in ("input0_data", "input1_data", "output0_data", "output1_data"):
+                key = regions.keys.get(name) or regions.create(name, BYTE_SIZE)
+                await client.register_system_shared_memory(name, key, BYTE_SIZE)
+            regions.put("input0_data", A)
+            regions.put("input1_data", B * 3)
+            inputs, outputs = _shm_request(module)
+            await client.infer("simple", inputs, outputs=outputs)
+            np.testing.assert_array_equal(
+                regions.get("output1_data", np.int32, [1, 16])[0], A - 3 * B
+            )
+            status = await client.get_system_shared_memory_status()
+            assert len(status if isinstance(status, list) else status.regions) == 4
+            await client.unregister_system_shared_memory()
