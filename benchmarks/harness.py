@@ -89,6 +89,7 @@ class Replica:
         self.process: subprocess.Popen[bytes] | None = None
         self.started_s = 0.0
         self.sigterm_s: float | None = None
+        self.sigterm_wall_s: float | None = None  # to line up with the logs' timestamps
         self.exit_s: float | None = None
 
     @property
@@ -134,6 +135,7 @@ class Replica:
     def sigterm(self) -> None:
         assert self.process is not None
         self.sigterm_s = time.monotonic()
+        self.sigterm_wall_s = time.time()
         self.process.send_signal(signal.SIGTERM)
 
     def wait_exit(self, timeout_s: float = 120.0) -> int:

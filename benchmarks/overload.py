@@ -7,7 +7,9 @@ with a small admission queue (`--max-queue`). Every request carries 64 rows, a w
 batch, so each request costs the same and capacity is a plain number.
 
 1. capacity: `--base-clients` closed-loop clients (enough to keep the model busy) for
-   `--capacity-s`: the requests/s the pod completes when it is just saturated;
+   `--capacity-s`: the requests/s the pod completes when it is just saturated; measured
+   before, between and after the overload phases (the median is the capacity; the spread
+   and the 1-minute load average show how much a shared machine drifted);
 2. overload without backoff: `--factor` x as many clients, each sending its next request
    as soon as the last one is answered, whatever the answer (503s included: they ignore
    Retry-After), for `--duration` seconds;
@@ -29,7 +31,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import os
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -193,16 +197,24 @@ async def main_async(args: argparse.Namespace) -> int:
     try:
         await asyncio.to_thread(replica.wait_ready)
         await phase(replica, args.base_clients, 3, backoff=False, max_backoff_s=0, observe=False)
-        capacity = await phase(
-            replica,
-            args.base_clients,
-            args.capacity_s,
-            backoff=False,
-            max_backoff_s=0,
-            observe=False,
-        )
-        print(f"capacity: {capacity}", flush=True)
-        results = {"capacity": capacity}
+        results: dict[str, Any] = {"capacity_runs": []}
+
+        async def measure_capacity() -> None:
+            # Bracketed: before, between and after the overloads, so that a shared
+            # machine's drift shows up as spread instead of as a wrong ratio.
+            run = await phase(
+                replica,
+                args.base_clients,
+                args.capacity_s,
+                backoff=False,
+                max_backoff_s=0,
+                observe=False,
+            )
+            run["loadavg_1m"] = round(os.getloadavg()[0], 2)
+            results["capacity_runs"].append(run)
+            print(f"capacity: {run}", flush=True)
+
+        await measure_capacity()
         for backoff in (False, True):
             name = "overload_with_backoff" if backoff else "overload_no_backoff"
             results[name] = await phase(
@@ -213,9 +225,14 @@ async def main_async(args: argparse.Namespace) -> int:
                 max_backoff_s=args.max_backoff_s,
                 observe=True,
             )
-            ratio = results[name]["goodput_rps"] / max(capacity["goodput_rps"], 1e-9)
-            results[name]["goodput_vs_capacity"] = round(ratio, 3)
+            results[name]["loadavg_1m"] = round(os.getloadavg()[0], 2)
             print(f"{name}: {results[name]}", flush=True)
+            await measure_capacity()
+        capacity = statistics.median(r["goodput_rps"] for r in results["capacity_runs"])
+        results["capacity_rps_median"] = capacity
+        for name in ("overload_no_backoff", "overload_with_backoff"):
+            ratio = results[name]["goodput_rps"] / max(capacity, 1e-9)
+            results[name]["goodput_vs_capacity"] = round(ratio, 3)
     finally:
         replica.stop()
     report = {

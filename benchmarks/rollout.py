@@ -211,10 +211,18 @@ async def replace(
     event["exit_code"] = code
     event["sigterm_to_exit_s"] = round(old.exit_s - old.sigterm_s, 2)
     event["deletion_to_exit_s"] = round(old.exit_s - deletion_s, 2)
-    cut = [r for r in old.log_records() if "cut" in str(r.get("msg", ""))]
+    drain = [r for r in old.log_records() if "drain" in str(r.get("msg", ""))]
     event["drain_log"] = [
-        {k: r[k] for k in ("msg", "cut_requests", "in_flight") if k in r} for r in cut
+        {k: r[k] for k in ("ts", "msg", "inflight", "cut_requests") if k in r} for r in drain
     ]
+    done = [r for r in drain if "complete" in str(r.get("msg", ""))]
+    if done and old.sigterm_wall_s is not None:
+        # The exit tail: from "drain complete" to the process being gone.
+        done_s = dt.datetime.fromisoformat(str(done[0]["ts"]).replace("Z", "+00:00")).timestamp()
+        event["drain_complete_after_sigterm_s"] = round(done_s - old.sigterm_wall_s, 2)
+        event["exit_after_drain_complete_s"] = round(
+            event["sigterm_to_exit_s"] - (done_s - old.sigterm_wall_s), 2
+        )
     return event
 
 
