@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import os
+from collections.abc import Iterator
 from multiprocessing import shared_memory
 from pathlib import Path
 
@@ -29,8 +30,10 @@ def _mapped(path: Path) -> bool:
 
 
 @pytest.fixture
-def table(tmp_path: Path) -> SystemSharedMemory:
-    return SystemSharedMemory(tmp_path)
+def table(tmp_path: Path) -> Iterator[SystemSharedMemory]:
+    table = SystemSharedMemory(tmp_path)
+    yield table
+    table.close()
 
 
 def test_register_then_status_lists_the_region(table: SystemSharedMemory, tmp_path: Path) -> None:
@@ -196,3 +199,16 @@ def test_cuda_shared_memory_answers_as_triton_without_gpus(
     table.register("sys", "/sys", 0, 8)
     with pytest.raises(NotFound, match="registered as system shared memory, not CUDA"):
         cuda.status("sys")
+
+
+def test_an_object_shrunk_after_registration_is_refused_not_read(
+    table: SystemSharedMemory, tmp_path: Path
+) -> None:
+    # Reading a mapped page past the end of its file is SIGBUS: it must never happen.
+    path = _object(tmp_path, "shrinks", 8192)
+    table.register("r", "/shrinks", 4096, 4096)
+    assert len(table.view("r", 0, 16)) == 16
+    os.truncate(path, 4096)
+    with pytest.raises(InvalidInput, match="'/shrinks' shrank to 4096 bytes, below the 8192"):
+        table.view("r", 0, 16)
+    table.unregister("r")

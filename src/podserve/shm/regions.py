@@ -22,6 +22,10 @@ Where podserve differs, on purpose:
 - A region unregistered while an in-flight request still reads or writes it stays
   mapped until that request lets go (Triton defers the same way); the table forgets it
   at once, so the name can be registered again.
+- Touching a mapped page past the end of its file is SIGBUS, which would kill the
+  server: a client that shrinks its object after registering (ftruncate) is refused at
+  the next access (one fstat per view, ~1 us). A shrink between that check and the
+  model's read is still possible; only the client's own pod can do it.
 
 Lifetime: `close()` (at shutdown) unregisters everything. Views handed out by `view()`
 keep their mapping alive; a mapping whose views are gone is unmapped at the next call
@@ -57,13 +61,21 @@ class RegionStatus:
 class _Mapping:
     """One registered window of a shared-memory object, mapped read-write."""
 
-    def __init__(self, status: RegionStatus, mapped: mmap.mmap, start: int) -> None:
+    def __init__(self, status: RegionStatus, mapped: mmap.mmap, start: int, fd: int) -> None:
         self.status = status
         self._mmap = mapped
+        self._fd = fd  # kept to see the object's size at each access
         # The window inside the mapping, which begins at the page below `offset`.
         self._window = memoryview(mapped)[start : start + status.byte_size]
 
     def view(self, offset: int, byte_size: int) -> memoryview:
+        end = self.status.offset + self.status.byte_size
+        size = os.fstat(self._fd).st_size
+        if size < end:
+            raise InvalidInput(
+                f"shared memory region '{self.status.name}': '{self.status.key}' shrank to "
+                f"{size} bytes, below the {end} it was registered with"
+            )
         return self._window[offset : offset + byte_size]
 
     def try_close(self) -> bool:
@@ -73,6 +85,7 @@ class _Mapping:
             self._mmap.close()
         except BufferError:  # an in-flight request still holds a view
             return False
+        os.close(self._fd)
         return True
 
 
@@ -201,7 +214,7 @@ def _map(name: str, key: str, path: Path, offset: int, byte_size: int) -> _Mappi
             prot=mmap.PROT_READ | mmap.PROT_WRITE,
             offset=offset - start,
         )
-    finally:
-        # The mapping stays valid once the descriptor is closed (POSIX mmap).
+    except BaseException:
         os.close(fd)
-    return _Mapping(RegionStatus(name, key, offset, byte_size), mapped, start)
+        raise
+    return _Mapping(RegionStatus(name, key, offset, byte_size), mapped, start, fd)
