@@ -83,11 +83,13 @@ def params(concurrency: int = 2, queue: int = 3, service_s: float = 0.5) -> Serv
 
 def test_fleet_admits_up_to_concurrency_plus_queue_and_rejects_the_rest() -> None:
     fleet = Fleet(params())
-    served, rejected, _ = fleet.step(20, ready=2)  # limit 2 x (2 + 3) = 10
-    assert rejected == 10
-    assert served == 8  # 4 slots x 2 per second
-    assert fleet.in_system == 2
-    assert fleet.step(0, ready=2)[0] == 2
+    # 4 slots finish 8 requests a second; 12 are left, of which 2 x (2 + 3) = 10 may wait.
+    served, rejected, _ = fleet.step(20, ready=2)
+    assert (served, rejected, fleet.in_system) == (8, 2, 10)
+    assert fleet.occupancy == 10 + 8 * 0.5
+    assert fleet.step(0, ready=2)[:2] == (8, 0)
+    assert fleet.step(0, ready=2)[:2] == (2, 0)
+    assert fleet.in_system == 0
     assert fleet.step(7, ready=0) == (0, 7, 0.0)  # no ready pod: everything is rejected
 
 

@@ -311,7 +311,7 @@ class Simulation:
         # Serving.
         served = rejected = 0
         p99 = 0.0
-        queue = inflight = 0
+        queue = inflight = 0.0
         for name in serving_names:
             fleet = self.fleets[name]
             ready = world.ready.get(name, 0)
@@ -322,8 +322,8 @@ class Simulation:
                 self.rejected_at_zero += refused
             p99 = max(p99, latency)
             params = fleet.params
-            queue += max(0, fleet.in_system - ready * params.concurrency)
-            inflight += fleet.in_system
+            queue += max(0.0, fleet.occupancy - ready * params.concurrency)
+            inflight += fleet.occupancy
         if not serving_names:
             rejected += self.offered_total[t]  # nothing serves: every request fails
         for pod in list(world.terminating):

@@ -57,13 +57,14 @@ class MetricsView:
         if fleet is None or ready == 0:
             return 0.0
         c = fleet.params.concurrency
+        held = fleet.occupancy
         if signal is Signal.QUEUE:
-            return max(0, fleet.in_system - ready * c) / ready
+            return max(0.0, held - ready * c) / ready
         if signal is Signal.LATENCY:
             return fleet.last_p99_s
         if signal is Signal.CPU:
-            return 100.0 * min(fleet.in_system / ready, c) / c
-        return fleet.in_system / ready
+            return 100.0 * min(held / ready, c) / c
+        return held / ready
 
     def rate(self, name: str, window_s: int, now: float) -> float:
         cum = self.cumulative.get(name)
@@ -85,9 +86,9 @@ class MetricsView:
         ready = self.world.ready.get(name, 0)
         if metric.signal is Signal.INFLIGHT:
             draining = sum(p.inflight for p in self.world.terminating if p.owner == name)
-            return float(fleet.in_system + draining)
+            return fleet.occupancy + draining
         if metric.signal is Signal.QUEUE:
-            return float(max(0, fleet.in_system - ready * fleet.params.concurrency))
+            return max(0.0, fleet.occupancy - ready * fleet.params.concurrency)
         return self._per_pod(metric.signal, name)
 
     def proposal(

@@ -15,8 +15,6 @@ INTEGER_COLUMNS = {
     "replicas_desired",
     "replicas_ready",
     "pending_pods",
-    "queue_depth",
-    "inflight",
     "offered",
     "served",
     "rejected",

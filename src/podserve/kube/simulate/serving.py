@@ -41,6 +41,7 @@ class Fleet:
     params: ServingParams
     in_system: int = 0  # admitted, not finished, on ready pods (running + queued)
     carry: float = 0.0
+    occupancy: float = 0.0  # mean requests held over the last second
     last_p99_s: float = 0.0
     _wait_cache: dict[tuple[int, int], float] = field(default_factory=dict)
 
@@ -51,19 +52,27 @@ class Fleet:
         return done, (work - done if done < in_system else 0.0)
 
     def step(self, arrivals: int, ready: int) -> tuple[int, int, float]:
-        """One second: (served, rejected, p99 latency in seconds; 0 when nothing ran)."""
+        """One second: (served, rejected, p99 latency in seconds; 0 when nothing ran).
+
+        Arrivals and service overlap within the second (a fluid queue): the pods finish up
+        to their throughput, what is left waits, and only what exceeds every pod's
+        concurrency + maxQueue is rejected."""
         if ready <= 0:
+            self.occupancy = 0.0
             return 0, arrivals, 0.0
         p = self.params
         slots = ready * p.concurrency
         limit = ready * (p.concurrency + p.max_queue)
-        admitted = max(0, min(arrivals, limit - self.in_system))
-        rejected = arrivals - admitted
-        self.in_system += admitted
-        done, self.carry = self.completions(self.in_system, slots, self.carry)
+        total = self.in_system + arrivals
+        done, self.carry = self.completions(total, slots, self.carry)
+        left = total - done
+        rejected = max(0, left - limit)
+        self.in_system = left - rejected
+        # What a gauge scraped at a random instant sees: those still held, plus the slot
+        # time of those that finished within the second (Little's law).
+        self.occupancy = self.in_system + done * min(p.service_s, 1.0)
         waiting = max(0, self.in_system - slots)
-        self.in_system -= done
-        p99 = self._p99(admitted, ready, waiting)
+        p99 = self._p99(arrivals - rejected, ready, waiting)
         if p99:
             self.last_p99_s = p99
         return done, rejected, p99
@@ -81,6 +90,9 @@ class Fleet:
             pw = erlang_c(p.concurrency, offered)
             slack = p.concurrency * rate - per_pod
             wait = math.log(pw / P99_TAIL) / slack if pw > P99_TAIL and slack > 0 else 0.0
+            # Steady-state M/M/c overstates a second near saturation; a request can never
+            # wait longer than a full queue takes to drain (maxQueue bounds it).
+            wait = min(wait, p.max_queue * p.service_s / p.concurrency)
             self._wait_cache[key] = wait
         return p.service_p99_s + wait if admitted else 0.0
 
