@@ -296,3 +296,23 @@ def test_bench_result_sets_capacity(cli: CliRunner, tmp_path: Path) -> None:
         "source": "bench",
     }
     assert not any(f["id"] == "capacity-assumed" for f in json.loads(out)["findings"])
+
+
+def test_docs_name_every_cluster_key_summary_field_and_column() -> None:
+    from podserve.kube.simulate import build_summary
+
+    from .builders import gpu_cluster, simulation
+
+    docs = (REPO_ROOT / "docs" / "simulate.md").read_text()
+    schema = cluster_json_schema()
+    for model in ("NodePool", "Autoscaler", "ClusterSpec"):
+        for key in schema["$defs"][model]["properties"]:
+            assert f"`{key}`" in docs or f"`nodePools[].{key}`" in docs, key
+    tenant_row = next(line for line in docs.splitlines() if line.startswith("| `pods[]`"))
+    for key in schema["$defs"]["TenantPods"]["properties"]:
+        assert key in tenant_row, key
+    for column in COLUMNS:
+        assert f"`{column}`" in docs, column
+    summary = build_summary(simulation(reference_manifests(), gpu_cluster(), 60).run(), seed=0)
+    for field in summary:
+        assert f"`{field}`" in docs, field
