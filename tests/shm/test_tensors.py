@@ -17,6 +17,7 @@ from podserve.protocol.v2.shared_memory import (
     check_output,
     decode_system_register,
     in_shared_memory,
+    owned,
     read_input,
     write_outputs,
 )
@@ -161,3 +162,19 @@ def test_references_in_parameters() -> None:
     ):
         with pytest.raises(InvalidInput, match="input 'x'"):
             region_ref(bad, "input 'x'")
+
+
+def test_what_outlives_the_request_gets_a_copy(table: SystemSharedMemory, tmp_path: Path) -> None:
+    values = np.arange(16, dtype=np.int32)
+    _put(tmp_path, 0, values.tobytes())
+    in_place = read_input(table, "INPUT0", Datatype.INT32, (1, 16), RegionRef("r", 0, 64))
+    sent = Tensor("INPUT1", Datatype.INT32, np.ones((1, 16), np.int32))
+    request = InferRequest(
+        model_name="simple", inputs=(Tensor("INPUT0", Datatype.INT32, in_place), sent)
+    )
+    kept = owned(request)
+    _put(tmp_path, 0, bytes(64))  # the client reuses its region for the next request
+    assert kept.inputs[0].data.tolist() == [values.tolist()]
+    assert kept.inputs[1] is sent  # not in a region: left alone
+    plain = InferRequest(model_name="simple", inputs=(sent,))
+    assert owned(plain) is plain

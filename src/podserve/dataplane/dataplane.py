@@ -62,7 +62,7 @@ from podserve.obs.collector import (
 )
 from podserve.obs.metrics import EXPOSITION_CONTENT_TYPE, Metrics
 from podserve.obs.payloads import PayloadLogger
-from podserve.protocol.v2.shared_memory import write_outputs
+from podserve.protocol.v2.shared_memory import owned, write_outputs
 from podserve.repository import ModelRepository, ModelState
 from podserve.shm import CudaSharedMemory, SystemSharedMemory
 
@@ -194,7 +194,7 @@ class DataPlane:
             response = write_outputs(self.shared_memory, request, response)
             if self._payloads is not None:
                 self._payloads.offer(
-                    request, response, call.request_id or request.id or "", call.endpoint
+                    owned(request), response, call.request_id or request.id or "", call.endpoint
                 )
             return response
         finally:

@@ -66,7 +66,8 @@ def region_ref(parameters: Mapping[str, Any], where: str) -> RegionRef | None:
 
 
 def without_references(parameters: Mapping[str, Any]) -> dict[str, Any]:
-    """The parameters left once the shared-memory ones are consumed."""
+    """The parameters left once the shared-memory ones are consumed: a model that hands
+    an input back as an output must not have it taken for one written to a region."""
     return {k: v for k, v in parameters.items() if k not in SHARED_MEMORY_PARAMETERS}
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import mmap
 from collections.abc import Iterable
 from typing import Any
 
@@ -107,6 +108,27 @@ def write_outputs(
 def in_shared_memory(tensor: Tensor) -> bool:
     """Whether an output was written to shared memory (encoders send no data for it)."""
     return SHARED_MEMORY_REGION in tensor.parameters
+
+
+def owned(request: InferRequest) -> InferRequest:
+    """The request with the inputs read in place copied out of their regions, for what
+    outlives the request (the payload log, written later on its own thread, while the
+    client is already reusing its region)."""
+    if not any(_in_region(t.data) for t in request.inputs):
+        return request
+    inputs = tuple(
+        dataclasses.replace(t, data=np.array(t.data)) if _in_region(t.data) else t
+        for t in request.inputs
+    )
+    return dataclasses.replace(request, inputs=inputs)
+
+
+def _in_region(array: npt.NDArray[Any]) -> bool:
+    """Whether the array's memory is a mapped region (its base is a view of an mmap)."""
+    base: object = array
+    while isinstance(base, np.ndarray):
+        base = base.base
+    return isinstance(base, memoryview) and isinstance(base.obj, mmap.mmap)
 
 
 def _write(regions: SystemSharedMemory, tensor: Tensor, ref: RegionRef) -> Tensor:
