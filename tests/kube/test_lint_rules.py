@@ -3,7 +3,11 @@ the signals each rule accepts as proof, and the cases each rule must leave alone
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from podserve.kube.lint import ALL_RULES, lint_documents
 from podserve.kube.lint.rules.wake import metrics_in
@@ -347,3 +351,60 @@ spec:
     # An HTTPRoute to the HTTP port leaves the gRPC port at L4.
     assert found(service + route.replace("PORT", "8000"), "grpc-without-l7-route")
     assert not found(service + route.replace("PORT", "8001"), "grpc-without-l7-route")
+
+
+def _paths(node: object, path: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    found = [path] if path else []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            found += _paths(value, (*path, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            found += _paths(value, (*path, index))
+    return found
+
+
+def _rendered_nodes() -> tuple[list[list[dict[str, Any]]], list[tuple[int, int, tuple[Any, ...]]]]:
+    from podserve.kube.apiserver import server_problems
+    from podserve.kube.render import render
+    from tests.kube.paths import EXAMPLES, load_example
+
+    examples = [list(render(load_example(e)).manifests) for e in EXAMPLES]
+    # cel-python raises the recursion limit when its first Environment is built; do that
+    # before Hypothesis starts watching the limit.
+    assert server_problems([m for manifests in examples for m in manifests]) == []
+    nodes = [
+        (e, i, p)
+        for e, manifests in enumerate(examples)
+        for i, m in enumerate(manifests)
+        for p in _paths(m)
+    ]
+    return examples, nodes
+
+
+_EXAMPLES, _NODES = _rendered_nodes()
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(_NODES),
+    st.sampled_from([None, 0, -1, "x", [], {}, True, 1.5, "0.5", ["a"], {"a": 1}]),
+)
+def test_wrong_types_are_reported_never_raised(
+    node: tuple[int, int, tuple[Any, ...]], value: object
+) -> None:
+    """A field of the wrong type anywhere in a rendered example: lint (over the whole
+    example), the API-server checks and the CEL rules report problems, none of them raises."""
+    import copy
+
+    from podserve.kube.apiserver import server_problems
+    from podserve.kube.types import Document, Source
+
+    example, index, path = node
+    manifests = copy.deepcopy(_EXAMPLES[example])
+    parent: Any = manifests[index]
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = value
+    lint_documents([Document(m, Source("mutated", 1)) for m in manifests], ALL_RULES)
+    server_problems(manifests)

@@ -183,7 +183,9 @@ def _run_rule(
     activation = {"self": to_cel(schema, value)}
     try:
         outcome = _program(text).evaluate(activation)
-    except (CELEvalError, CELParseError) as error:
+    except (CELEvalError, CELParseError, TypeError, ValueError, AttributeError) as error:
+        # cel-python raises plain Python errors for some operand types where CEL reports
+        # `no such overload` (a list rule over a value the schema check already rejects).
         if _unsupported(error) or isinstance(error, CELParseError):
             result.errors.append(
                 FieldError(
@@ -204,7 +206,7 @@ def _run_rule(
                 at,
                 kind,
                 shown,
-                f"{message}: evaluation error: {error.args[0]}",
+                f"{message}: evaluation error: {error.args[0] if error.args else error!r}",
                 CEL_VALIDATION,
             )
         )
@@ -216,7 +218,7 @@ def _run_rule(
     if expression:
         try:
             produced = str(_program(str(expression)).evaluate(activation)).strip()
-        except (CELEvalError, CELParseError):
+        except (CELEvalError, CELParseError, TypeError, ValueError, AttributeError):
             produced = ""
         message = produced or message
     result.errors.append(FieldError(obj, at, kind, shown, message, CEL_VALIDATION))

@@ -27,7 +27,7 @@ _TEMPLATE_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"
 
 def _template(manifest: Manifest) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """(labels, pod spec) of a workload's pod template, or of a Pod."""
-    kind = manifest.get("kind")
+    kind = str(manifest.get("kind"))
     if kind == "Pod":
         meta = mapping(manifest.get("metadata"))
         return mapping(meta.get("labels")), mapping(manifest.get("spec"))

@@ -134,7 +134,7 @@ class Path:
 
 
 def object_label(manifest: Manifest) -> str:
-    meta = manifest.get("metadata") or {}
+    meta = mapping(manifest.get("metadata"))
     namespace, name = meta.get("namespace"), meta.get("name", "?")
     prefix = f"{manifest.get('kind', '?')}/"
     return prefix + (f"{namespace}/{name}" if namespace else str(name))

@@ -73,7 +73,7 @@ def check_keda(manifest: Manifest) -> Iterator[FieldError]:
                 KEDA_WEBHOOK,
             )
         for trigger in items(spec.get("triggers")):
-            kind = mapping(trigger).get("type")
+            kind = str(mapping(trigger).get("type"))
             if kind in {"cpu", "memory"}:
                 yield FieldError(
                     obj,

@@ -36,7 +36,8 @@ def annotations_of(manifest: Mapping[str, Any]) -> dict[str, str]:
 
 
 def object_label(manifest: Mapping[str, Any]) -> str:
-    meta = manifest.get("metadata") or {}
+    meta = manifest.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
     namespace = meta.get("namespace")
     name = meta.get("name", "?")
     prefix = f"{manifest.get('kind', '?')}/"
