@@ -97,7 +97,7 @@ FETCH_WITHOUT_CREDENTIALS = Rule(
     id="fetch-without-credentials",
     severity=Severity.WARNING,
     title="Weight fetch from a gated or private source without credentials",
-    why="Gated Hugging Face repositories (Llama, Gemma, many Mistral models) and private "
+    why="Gated Hugging Face repositories (meta-llama's Llama, google's Gemma) and private "
     "buckets refuse anonymous downloads with 401/403. The fetch init container then fails "
     "on every start and the pod sits in Init:CrashLoopBackOff, with nothing in the "
     "manifest saying why. The manifest cannot tell a public repository from a gated one, so "
