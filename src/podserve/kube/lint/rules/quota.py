@@ -118,7 +118,7 @@ NONPROD_GPU_ALWAYS_ON = Rule(
     why="A development or staging GPU service is used in working hours, yet a replica "
     "floor keeps a GPU node (and its hourly price) up nights and weekends: two thirds of "
     "the week (12 h on weekdays is 60 of 168 hours). A dev GPU environment scaled to zero "
-    "overnight paid for the change in a fortnight in the field's own example (issue 11). "
+    "overnight paid for the change in a fortnight in one team's field report. "
     "Non-production is read from an "
     "`environment`/`env`/`tier`/`stage` label (dev, test, staging, ...) on the Namespace "
     "or the workload.",
