@@ -290,13 +290,13 @@ class Soak:
             }
             for kind, t in self.valid.items()
         }
-        bad_5xx = {
+        # A bad input is handled when it is refused as the client's fault: a 4xx with a
+        # JSON body over HTTP, a client-error status over gRPC.
+        client_errors = ("INVALID_ARGUMENT", "NOT_FOUND", "OUT_OF_RANGE", "FAILED_PRECONDITION")
+        not_refused = {
             case: dict(c)
             for case, c in self.bad.items()
-            if any(
-                k[:1] == "5" or k.startswith(("hang", "OK", "INTERNAL", "UNAVAILABLE", "UNKNOWN"))
-                for k in c
-            )
+            if any(not (k[:1] == "4" and "not JSON" not in k) and k not in client_errors for k in c)
         }
         return {
             "valid": {kind: t.summary() for kind, t in self.valid.items()},
@@ -309,7 +309,12 @@ class Soak:
             },
             "cancels": dict(self.cancels),
             "bad_inputs": {case: dict(c) for case, c in self.bad.items()},
-            "bad_inputs_not_4xx": bad_5xx,
+            "bad_inputs_not_refused": not_refused,
+            "bad_inputs_5xx": {
+                case: {k: n for k, n in c.items() if k[:1] == "5" or k in ("INTERNAL", "UNKNOWN")}
+                for case, c in not_refused.items()
+                if any(k[:1] == "5" or k in ("INTERNAL", "UNKNOWN") for k in c)
+            },
             "samples": marks,
             "series": series,
             "rss_growth_mb": round(marks["end"]["rss_mb"] - marks["start"]["rss_mb"], 1),
