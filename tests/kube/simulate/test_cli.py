@@ -208,6 +208,14 @@ def test_bad_files_exit_2(cli: CliRunner, tmp_path: Path) -> None:
     code, _, err = cli("simulate", str(bad_input), "--cluster", str(GKE), "--out", str(tmp_path))
     assert code == 2
     assert "no Deployment or StatefulSet" in err
+    broken = tmp_path / "broken.yaml"
+    docs = reference_manifests()
+    docs[0]["spec"]["replicas"] = "three"
+    docs[0]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "lots"
+    broken.write_text(dump_all(docs))
+    code, _, err = cli("simulate", str(broken), "--cluster", str(GKE), "--out", str(tmp_path))
+    assert code == 2
+    assert "cannot read the manifests" in err
     code, _, err = cli(
         "simulate",
         str(SPOT),

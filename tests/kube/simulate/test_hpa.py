@@ -4,6 +4,7 @@ controller's source (replica_calculator.go, horizontal.go)."""
 
 from __future__ import annotations
 
+from podserve.kube.simulate.autoscalers import DEFAULT_SCALE_DOWN, DEFAULT_SCALE_UP
 from podserve.kube.simulate.hpa import (
     HpaController,
     PodSample,
@@ -11,7 +12,6 @@ from podserve.kube.simulate.hpa import (
     external_value_replicas,
     pods_metric_replicas,
 )
-from podserve.kube.simulate.manifests import DEFAULT_SCALE_DOWN, DEFAULT_SCALE_UP
 from podserve.kube.simulate.objects import Behavior, Policy, ScaleRules
 
 

@@ -15,16 +15,17 @@ from podserve.kube.simulate.autoscaler import ClusterAutoscaler
 from podserve.kube.simulate.cluster import Cluster
 from podserve.kube.simulate.controllers import RolloutRecord, WorkloadController
 from podserve.kube.simulate.events import Event
+from podserve.kube.simulate.eviction import EvictionApi
 from podserve.kube.simulate.hpa import SYNC_PERIOD_S, HpaController
 from podserve.kube.simulate.keda import KedaController
-from podserve.kube.simulate.manifests import matches
 from podserve.kube.simulate.metrics import MetricsView
 from podserve.kube.simulate.objects import Pdb, PodTemplate, Scenario, ServingParams, Toleration
-from podserve.kube.simulate.pdb import PdbStatus, eviction_allowed, status
+from podserve.kube.simulate.pdb import PdbStatus
 from podserve.kube.simulate.resources import amounts
+from podserve.kube.simulate.scaling import Autoscaling, ScaleEvent
 from podserve.kube.simulate.scheduler import Scheduler
 from podserve.kube.simulate.serving import Fleet, drain_step
-from podserve.kube.simulate.state import Node, Phase, Pod
+from podserve.kube.simulate.state import Node, Pod
 from podserve.kube.simulate.traffic import Trace, arrivals, split
 from podserve.kube.simulate.world import POOL_LABEL, World
 
@@ -43,7 +44,6 @@ COLUMNS = (
     "cost_usd",
     "latency_p99_s",
 )
-DRAIN_RETRY_S = 5.0  # kubectl drain retries a refused eviction every 5 s
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,15 +52,6 @@ class Options:
     seed: int = 0
     events: tuple[Event, ...] = ()
     progress: Callable[[int, int], None] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ScaleEvent:
-    t: float
-    workload: str
-    before: int
-    after: int
-    reason: str
 
 
 @dataclass(slots=True)
@@ -159,10 +150,8 @@ class Simulation:
             if any(p.min_nodes != p.max_nodes for p in pools)
             else None
         )
-        self.scale_events: list[ScaleEvent] = []
-        self.metrics_down_until = -1.0
-        self.refused: list[tuple[float, str, str]] = []
-        self.draining: set[Node] = set()
+        self.eviction = EvictionApi(world, self.controllers, scenario.pdbs)
+        self.scaling = Autoscaling(self.controllers, self.metrics, self.hpas, self.kedas)
         self.rejected_at_zero = 0
         self.columns: dict[str, list[float]] = {c: [] for c in COLUMNS}
         self.serving_names = sorted(self.fleets)
@@ -192,37 +181,16 @@ class Simulation:
             return 0
         return fleet.take_share(self.world.ready.get(pod.owner, 0) + 1)
 
-    # -- PDB and eviction -----------------------------------------------------------------
+    # -- PDB and eviction (eviction.py) --------------------------------------------------
     def pdb_status(self, pdb: Pdb) -> PdbStatus:
-        pods = [
-            p
-            for owner in self.world.pods.values()
-            for p in owner
-            if matches(pdb.selector, p.template.labels)
-        ]
-        healthy = sum(1 for p in pods if p.phase is Phase.READY)
-        scale = sum(
-            c.replicas
-            for c in self.controllers.values()
-            if matches(pdb.selector, c.workload.template.labels)
-        )
-        return status(pdb, len(pods), healthy, scale)
+        return self.eviction.status(pdb)
 
     def evict(self, pod: Pod, now: float, dry_run: bool = False) -> bool:
-        """The Eviction API: 429 when a matching budget has no disruption left."""
-        if pod.phase >= Phase.TERMINATING:
-            return True
-        for pdb in self.scenario.pdbs:
-            if matches(pdb.selector, pod.template.labels):
-                state = self.pdb_status(pdb)
-                if not eviction_allowed(pdb, state, pod.phase is Phase.READY):
-                    if not dry_run:
-                        self.refused.append((now, pod.name, pdb.name))
-                    return False
-        if not dry_run:
-            self.world.counters.evictions += 1
-            self.world.delete(pod, now, cause="evicted")
-        return True
+        return self.eviction.evict(pod, now, dry_run)
+
+    @property
+    def refused(self) -> list[tuple[float, str, str]]:
+        return self.eviction.refused
 
     # -- user events ----------------------------------------------------------------------
     def _user(self, event: Event, now: float) -> None:
@@ -233,7 +201,7 @@ class Simulation:
                 if (event.arg is None and name in self.fleets) or event.arg == name:
                     controller.start_rollout(now)
         elif event.kind == "metrics-down":
-            self.metrics_down_until = max(self.metrics_down_until, now + float(event.arg or 0))
+            self.scaling.metrics_down_for(now, float(event.arg or 0))
         elif event.kind == "spot-reclaim":
             for node in list(world.nodes) + list(world.provisioning):
                 if node.pool.name == event.arg and node.removed_t is None:
@@ -251,16 +219,7 @@ class Simulation:
                 return
             target.cordoned = True
             world.dirty_schedule = True
-            self.draining.add(target)
-            self._drain(target, now)
-
-    def _drain(self, node: Node, now: float) -> None:
-        left = [p for p in node.pods if p.phase < Phase.TERMINATING]
-        refused = [p for p in left if not self.evict(p, now)]
-        if refused:
-            self.world.push(now + DRAIN_RETRY_S, "drain-retry", node)
-        else:
-            self.draining.discard(node)
+            self.eviction.drain(target, now)
 
     # -- the loop -------------------------------------------------------------------------
     def run(self) -> Result:
@@ -292,7 +251,7 @@ class Simulation:
                     and isinstance(obj, Node)
                     and (obj.removed_t is None or obj.removed_t > now)
                 ):
-                    self._drain(obj, now)
+                    self.eviction.drain(obj, now)
         if world.dirty_owners:
             dirty, world.dirty_owners = world.dirty_owners, set()
             for name in sorted(dirty):
@@ -302,10 +261,8 @@ class Simulation:
         if world.dirty_schedule and world.pending:
             world.schedule_pending(now)
         if t % SYNC_PERIOD_S == 0:
-            self._hpa_round(now)
-        for keda in self.kedas:
-            if now >= keda.next_poll_t:
-                self._keda_poll(keda, now)
+            self.scaling.hpa_round(now)
+        self.scaling.keda_polls(now)
         if self.autoscaler is not None and now >= self.autoscaler.next_scan_t:
             self.autoscaler.scan(now, self.evict)
         # Serving.
@@ -375,7 +332,7 @@ class Simulation:
         return Result(
             duration_s=len(columns["served"]),
             timeline=timeline,
-            scale_events=self.scale_events,
+            scale_events=self.scaling.events,
             rollouts={n: c.rollout for n, c in self.controllers.items() if c.rollout},
             unschedulable=[
                 (p.name, p.reason)
@@ -391,7 +348,7 @@ class Simulation:
             gpu_hours=counters.gpu_seconds / 3600.0,
             cost_usd=counters.cost_usd,
             evictions=counters.evictions,
-            evictions_refused=self.refused,
+            evictions_refused=self.eviction.refused,
             rejected_at_zero=self.rejected_at_zero,
             events=self.options.events,
             capacity={n: f.params for n, f in self.fleets.items()},
@@ -433,55 +390,3 @@ class Simulation:
                     out.append((w.name, w.template.grace_s, shutdown))
                     break
         return out
-
-    # -- autoscalers ----------------------------------------------------------------------
-    def _metrics_down(self, now: float) -> bool:
-        return now < self.metrics_down_until
-
-    def _scale(self, name: str, to: int, now: float, reason: str) -> None:
-        controller = self.controllers[name]
-        if to != controller.replicas:
-            self.scale_events.append(ScaleEvent(now, name, controller.replicas, to, reason))
-            controller.set_replicas(to)
-
-    def _hpa_round(self, now: float) -> None:
-        down = self._metrics_down(now)
-        for spec, hpa in self.hpas:
-            controller = self.controllers[spec.target]
-            proposals = [
-                None
-                if down
-                else self.metrics.proposal(
-                    m, spec.target, controller.replicas, hpa.tolerance(), now
-                )
-                for m in spec.metrics
-            ]
-            desired = hpa.reconcile(now, controller.replicas, proposals)
-            self._scale(spec.target, desired, now, f"hpa {spec.name}: {hpa.last_reason}")
-            hpa.prune(now)
-        for keda in self.kedas:
-            target = keda.spec.target
-            controller = self.controllers[target]
-            if keda.fallback_active or controller.replicas == 0:
-                continue
-            proposals = [
-                None
-                if down
-                else self.metrics.proposal(
-                    m, target, controller.replicas, keda.hpa.tolerance(), now
-                )
-                for m in keda.spec.triggers
-            ]
-            desired = keda.hpa.reconcile(now, controller.replicas, proposals)
-            self._scale(target, desired, now, f"keda-hpa-{keda.spec.name}: {keda.hpa.last_reason}")
-            keda.hpa.prune(now)
-
-    def _keda_poll(self, keda: KedaController, now: float) -> None:
-        target = keda.spec.target
-        values = None
-        if not self._metrics_down(now):
-            values = [self.metrics.total(m, target, now) for m in keda.spec.triggers]
-        current = self.controllers[target].replicas
-        decided = keda.poll(now, current, values)
-        if decided is not None:
-            self._scale(target, decided, now, f"keda {keda.spec.name}: {keda.last_reason}")

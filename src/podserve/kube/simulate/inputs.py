@@ -33,7 +33,11 @@ def manifests_from_text(text: str, source: str = "<input>") -> list[Manifest]:
 
 
 def scenario_from_manifests(docs: Sequence[Manifest], bench: BenchCapacity | None) -> Scenario:
-    found = scenario(docs, serving_resolver(docs, bench))
+    try:
+        found = scenario(docs, serving_resolver(docs, bench))
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        # A field of the wrong shape (replicas: "three", a bad quantity): name it, do not crash.
+        raise InvalidInput(f"cannot read the manifests: {exc}") from exc
     sizes = model_sizes(docs)
     workloads = tuple(
         dataclasses.replace(

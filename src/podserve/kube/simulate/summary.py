@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from podserve.kube.simulate.engine import Result, ScaleEvent
+from podserve.kube.simulate.engine import Result
+from podserve.kube.simulate.scaling import ScaleEvent
 from podserve.kube.types import Severity
 
 MAX_LATE_FINDINGS = 3
