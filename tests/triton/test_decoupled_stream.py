@@ -16,7 +16,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpc_aio
 
-from tests.support.server import ServerProcess
+from tests.support.server import ServerProcess, wait_until
 
 pytest.importorskip("transformers")
 
@@ -159,3 +159,26 @@ def test_a_tensor_model_on_the_stream_still_answers_once_and_final(
     assert error is None
     assert _final(result)
     assert result.as_numpy("OUTPUT0").tolist() == [[2] * 16]
+
+
+def test_a_client_that_leaves_mid_stream_frees_its_sequence(
+    grpc: grpcclient.InferenceServerClient, server: ServerProcess
+) -> None:
+    model = {"model": "tiny-lm"}
+    before = server.metric("podserve_generation_tokens_total", model)
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    grpc.start_stream(callback=lambda result, error: answers.put((result, error)))
+    long = _request(grpcclient, PROMPT, stream=True, max_tokens=250, ignore_eos=True)
+    grpc.async_stream_infer("tiny-lm", long, request_id="leaves")
+    result, error = answers.get(timeout=60)  # generating
+    assert error is None
+    assert not _final(result)
+    grpc.stop_stream(cancel_requests=True)
+    # The sequence's tokens are counted when it ends: fewer than the 250 it would have
+    # made (ignore_eos) means it was aborted, its slot and KV cache freed.
+    wait_until(
+        lambda: server.metric("podserve_generation_tokens_total", model) > before,
+        what="the sequence to end",
+    )
+    assert server.metric("podserve_generation_tokens_total", model) - before < 250
+    assert server.metric("podserve_num_requests_running", model) == 0
