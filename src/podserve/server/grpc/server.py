@@ -51,5 +51,5 @@ async def start_grpc_server(
 
 async def stop_grpc_server(server: grpc.aio.Server, grace_s: float) -> None:
     """Refuse new RPCs at once, let in-flight ones finish for up to `grace_s`, then cancel
-    the rest (their data-plane calls see `disconnected` set)."""
+    the rest (their data-plane calls are cancelled, the one cancellation contract)."""
     await server.stop(grace_s)
