@@ -73,6 +73,9 @@ def test_promql_metric_names() -> None:
         "envoy_cluster_upstream_cx_none_healthy",
     }
     assert metrics_in("vllm:num_requests_waiting") == {"vllm:num_requests_waiting"}
+    by_name = 'sum(rate({__name__=~"envoy_cluster_upstream_rq_total|podserve_x",a="b"}[2m]))'
+    assert metrics_in(by_name) == {"envoy_cluster_upstream_rq_total", "podserve_x"}
+    assert metrics_in('sum({__name__=~"envoy_.*"})') == {"?"}
 
 
 def test_activation_defaults_and_independent_triggers() -> None:
@@ -82,6 +85,18 @@ def test_activation_defaults_and_independent_triggers() -> None:
     assert not found(scaled(f"{UPSTREAM}\n{CRON}"), "activation-metric-needs-endpoints")
     assert not found(scaled(UPSTREAM, "  minReplicaCount: 1"), "activation-metric-needs-endpoints")
     queue = '    - {type: rabbitmq, metadata: {queueName: jobs, mode: QueueLength, value: "5"}}'
+    # Upstream counters named through __name__ still need endpoints; adding the no-healthy-
+    # upstream counter to the selection is what lets the service wake.
+    by_name = UPSTREAM.replace(
+        "sum(rate(envoy_cluster_upstream_rq_total[1m]))",
+        "sum(rate({__name__=~'envoy_cluster_upstream_rq_total'}[1m]))",
+    )
+    assert found(scaled(by_name), "activation-metric-needs-endpoints")
+    woken = by_name.replace(
+        "'envoy_cluster_upstream_rq_total'",
+        "'envoy_cluster_upstream_rq_total|envoy_cluster_upstream_cx_none_healthy'",
+    )
+    assert not found(scaled(woken), "activation-metric-needs-endpoints")
     assert not found(scaled(queue), "activation-metric-needs-endpoints")
 
 

@@ -36,16 +36,30 @@ _FUNCTIONS = {
 }  # fmt: skip
 
 
+_NAME_MATCHER = re.compile(r"""__name__\s*(=~|=)\s*(["'])(.*?)\2""")
+_PLAIN_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+
+
 def metrics_in(query: str) -> set[str]:
-    """Metric names a PromQL query reads (label matchers and functions left out)."""
+    """Metric names a PromQL query reads (label matchers and functions left out), including
+    those a `{__name__=~"a|b"}` selector names; a `__name__` regex that is not a plain
+    alternation of names yields `?`, a metric this module cannot judge."""
+    named: set[str] = set()
+    for op, _, value in _NAME_MATCHER.findall(query):
+        options = value.split("|") if op == "=~" else [value]
+        if all(_PLAIN_NAME.fullmatch(o) for o in options):
+            named.update(options)
+        else:
+            named.add("?")
     stripped = re.sub(r"\{[^}]*\}", "{}", query)
     stripped = re.sub(r"\[[^\]]*\]", "[]", stripped)
-    stripped = re.sub(r'"[^"]*"', '""', stripped)
+    stripped = re.sub(r""""[^"]*"|'[^']*'""", '""', stripped)
     # Label lists of aggregations and vector matching name labels, not metrics.
     stripped = re.sub(
         r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", stripped
     )
-    return {m for m in _METRIC.findall(stripped) if m not in _FUNCTIONS and not m.isdigit()}
+    found = {m for m in _METRIC.findall(stripped) if m not in _FUNCTIONS and not m.isdigit()}
+    return found | named
 
 
 def min_replica_count(spec: Mapping[str, Any]) -> int:
