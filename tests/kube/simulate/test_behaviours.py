@@ -153,3 +153,28 @@ def test_idle_nodes_are_removed_by_the_autoscaler() -> None:
     nodes = result.timeline["nodes"]
     assert nodes[0] == 4
     assert nodes[-1] == 1  # 3 empty nodes gone after 10 minutes unneeded
+
+
+def test_other_tenants_hold_capacity_and_lower_priority_ones_are_preempted() -> None:
+    cluster = gpu_cluster(
+        2,
+        extra={},
+    )
+    doc = cluster.model_dump(by_alias=True, mode="json")
+    doc["spec"]["pods"] = [
+        {
+            "name": "batch",
+            "count": 1,
+            "nodePool": "gpu",
+            "requests": {"nvidia.com/gpu": 1},
+            "priority": -5,
+        },
+        {"name": "critical", "count": 1, "requests": {"nvidia.com/gpu": 1}, "priority": 1000},
+    ]
+    cluster = load_cluster(yaml.safe_dump(doc))
+    sim = simulation([deployment("serve", 1, SERVE, load_s=10)], cluster, 300, rate=1)
+    result = sim.run()
+    assert any("preempts batch-0" in text for _, text in sim.world.log)
+    assert not any("critical" in text for _, text in sim.world.log)
+    assert result.timeline["replicas_ready"][-1] == 1
+    assert result.timeline["gpus_in_use"][-1] == 1  # other tenants' GPUs are not the input's

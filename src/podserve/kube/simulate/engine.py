@@ -117,6 +117,8 @@ class Simulation:
                 world.create_pod(
                     tenant.name, 0, template, 0.0, tenant=True, name=f"{tenant.name}-{i}"
                 )
+        if world.pending:
+            world.schedule_pending(0.0)  # other tenants are already running when we apply
         self.controllers = {w.name: WorkloadController(w, world) for w in scenario.workloads}
         self.fleets = {
             w.name: Fleet(w.serving) for w in scenario.workloads if w.serving is not None

@@ -204,6 +204,14 @@ class Scheduler:
             return Decision(
                 None, message=message + " preemption: not eligible due to preemptionPolicy=Never."
             )
+        nominated = pod.nominated
+        if nominated is not None and any(
+            p.phase is Phase.TERMINATING and p.template.priority < pod.template.priority
+            for p in nominated.pods
+        ):
+            # Victims are still leaving the nominated node: wait for them rather than
+            # preempting elsewhere (defaultpreemption PodEligibleToPreemptOthers).
+            return Decision(None, nominated=nominated, message=message)
         chosen = self._preempt(pod, nodes)
         if chosen is None:
             # Nodes failing a filter preemption cannot fix are "not helpful"

@@ -181,7 +181,9 @@ class World:
         if not pod.tenant:
             self.gpus_bound += gpu_count(pod.template.requests)
         if pod.tenant:
-            pod.phase = Phase.READY
+            pod.phase = Phase.READY  # already running: nothing to pull or load
+            pod.became_ready_t = now
+            self.ready[pod.owner] = self.ready.get(pod.owner, 0) + 1
             return
         template = pod.template
         pulled = node.images.get(template.image)
