@@ -299,3 +299,12 @@ async def test_the_asyncio_clients_drive_shared_memory_too(
             status = await client.get_system_shared_memory_status()
             assert len(status if isinstance(status, list) else status.regions) == 4
             await client.unregister_system_shared_memory()
+
+
+def test_region_names_may_hold_a_slash(edge: tuple[Any, Any], regions: Regions) -> None:
+    client, _ = edge
+    key = regions.create("slashed", 64)
+    client.register_system_shared_memory("team/a", key, 64)
+    assert [r["name"] for r in _status(client, "team/a")] == ["team/a"]
+    client.unregister_system_shared_memory("team/a")
+    assert _status(client) == []
