@@ -217,3 +217,79 @@ def chat(gateway: ServerProcess, key: str | None, **body: Any) -> httpx.Response
     headers = {} if key is None else {"authorization": f"Bearer {key}"}
     with httpx.Client(base_url=gateway.url, timeout=60) as client:
         return client.post("/v1/chat/completions", json=body, headers=headers)
+
+
+# --- the store, in process (the CLI itself is tested in test_proxy.py; spawning it for
+# every key would cost seconds per test) ----------------------------------------------
+def _with_store(config_path: Path, work: Any) -> Any:
+    import asyncio
+
+    from podserve.config.gateway_config import load_gateway_config
+    from podserve.gateway.app import open_store
+
+    config = load_gateway_config(config_path.read_text())
+    if config.store.kind == "sqlite":  # relative paths resolve from the gateway's workdir
+        config = config.model_copy(
+            update={
+                "store": config.store.model_copy(
+                    update={"path": str(config_path.parent / config.store.path)}
+                )
+            }
+        )
+
+    async def run() -> Any:
+        store = open_store(config, os.environ)
+        setup = getattr(store, "setup", None)
+        if setup is not None:
+            await setup()
+        try:
+            return await work(store)
+        finally:
+            await store.close()
+
+    return asyncio.run(run())
+
+
+def make_key(
+    config_path: Path,
+    *,
+    team: str = "default",
+    namespace: str = "default",
+    budget_micro: int | None = None,
+    rpm: int | None = None,
+) -> tuple[str, str]:
+    """(key, key id), stored the way `keys create` stores it."""
+    import time
+
+    from podserve.gateway.keys import KeyRecord, key_id_of, new_key
+
+    key, digest = new_key()
+    record = KeyRecord(
+        key_id_of(digest),
+        digest,
+        team,
+        namespace,
+        (),
+        budget_micro,
+        rpm,
+        None,
+        None,
+        False,
+        time.time(),
+    )
+
+    async def work(store: Any) -> None:
+        await store.create_key(record)
+
+    _with_store(config_path, work)
+    return key, record.key_id
+
+
+def spend_by(config_path: Path, by: str) -> dict[str, Any]:
+    """{group: SpendRow} from the ledger."""
+    from podserve.gateway.store.base import Dimension
+
+    async def work(store: Any) -> Any:
+        return await store.spend(Dimension(by))
+
+    return {row.group: row for row in _with_store(config_path, work)}

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +14,7 @@ import openai
 import pytest
 
 from tests.gateway.conftest import Pods, base_config
-from tests.gateway.support import GatewayProcess, create_key
+from tests.gateway.support import GatewayProcess, make_key, spend_by
 from tests.support.server import wait_until
 
 # tiny-lm prices: 1 micro-dollar per prompt token, 2 per output token.
@@ -28,20 +27,9 @@ def gateway(pods: Pods, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ga
         yield process
 
 
-def _spend(gateway: GatewayProcess, by: str = "key") -> dict[str, dict[str, float]]:
-    done = gateway.cli("spend", "--by", by, "--format", "json")
-    assert done.returncode == 0, done.stderr
-    return {row[by]: row for row in json.loads(done.stdout)}
-
-
-def _key_id(gateway: GatewayProcess, team: str) -> str:
-    rows = json.loads(gateway.cli("keys", "list", "--format", "json").stdout)
-    return str(next(r["key_id"] for r in rows if r["team"] == team))
-
-
 def test_budget_refuses_with_429_and_retry_after(gateway: GatewayProcess) -> None:
     # One request holds 3 + 2 * 10 = 23 micro-dollars; the budget covers two.
-    key = create_key(gateway.config_path, "--team", "refuse", "--budget-usd", "0.00005")
+    key, key_id = make_key(gateway.config_path, team="refuse", budget_micro=50)
     client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=key, max_retries=0)
     for _ in range(2):
         client.completions.create(
@@ -51,13 +39,13 @@ def test_budget_refuses_with_429_and_retry_after(gateway: GatewayProcess) -> Non
         client.completions.create(model="tiny-lm", prompt=PROMPT, max_tokens=10)
     assert refused.value.response.headers["retry-after"].isdigit()
     assert refused.value.body["type"] == "insufficient_quota"  # type: ignore[index]
-    row = _spend(gateway)[_key_id(gateway, "refuse")]
-    assert row["spend_usd"] == pytest.approx(46e-6)
-    assert row["spend_usd"] <= 50e-6
+    row = spend_by(gateway.config_path, "key")[key_id]
+    assert row.cost_micro == 46
+    assert row.requests == 2
 
 
 def test_concurrent_requests_cannot_overshoot(gateway: GatewayProcess) -> None:
-    key = create_key(gateway.config_path, "--team", "burst", "--budget-usd", "0.0001")
+    key, key_id = make_key(gateway.config_path, team="burst", budget_micro=100)
 
     async def one(http: httpx.AsyncClient) -> int:
         reply = await http.post(
@@ -74,13 +62,13 @@ def test_concurrent_requests_cannot_overshoot(gateway: GatewayProcess) -> None:
     codes = asyncio.run(burst())
     assert codes.count(200) == 4  # 4 * 23 = 92 <= 100 < 5 * 23
     assert codes.count(429) == 8
-    assert _spend(gateway)[_key_id(gateway, "burst")]["spend_usd"] <= 100e-6
+    assert spend_by(gateway.config_path, "key")[key_id].cost_micro == 92
 
 
 def test_clamp_lowers_max_tokens_to_the_budget(pods: Pods, tmp_path: Path) -> None:
     config = base_config(pods, defaults={"maxTokens": 256, "onBudgetShort": "clamp"})
     with GatewayProcess(config, tmp_path) as gateway:
-        key = create_key(gateway.config_path, "--budget-usd", "0.000023")
+        key, _ = make_key(gateway.config_path, budget_micro=23)
         client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=key, max_retries=0)
         result = client.completions.create(
             model="tiny-lm", prompt=PROMPT, max_tokens=100, extra_body={"ignore_eos": True}
@@ -91,7 +79,7 @@ def test_clamp_lowers_max_tokens_to_the_budget(pods: Pods, tmp_path: Path) -> No
 
 
 def test_cancelled_stream_is_charged_prompt_plus_tokens_sent(gateway: GatewayProcess) -> None:
-    key = create_key(gateway.config_path, "--team", "cancel")
+    key, key_id = make_key(gateway.config_path, team="cancel")
     received = 0
     with (
         httpx.Client(base_url=gateway.url, timeout=60) as http,
@@ -113,19 +101,22 @@ def test_cancelled_stream_is_charged_prompt_plus_tokens_sent(gateway: GatewayPro
                 received += 1
             if received == 3:
                 break  # leave mid-stream: the connection closes here
-    key_id = _key_id(gateway, "cancel")
-    wait_until(lambda: key_id in _spend(gateway), timeout_s=20, what="cancel settled")
-    row = _spend(gateway)[key_id]
-    sent = int(row["completion_tokens"])
+    wait_until(
+        lambda: key_id in spend_by(gateway.config_path, "key"),
+        timeout_s=20,
+        what="cancel settled",
+    )
+    row = spend_by(gateway.config_path, "key")[key_id]
+    sent = row.completion_tokens
     assert received <= sent < 256
-    assert row["prompt_tokens"] == 3
-    assert row["spend_usd"] == pytest.approx((3 + 2 * sent) / 1e6)
+    assert row.prompt_tokens == 3
+    assert row.cost_micro == 3 + 2 * sent
 
 
 def test_a_crashed_gateways_reservation_expires_and_is_charged(pods: Pods, tmp_path: Path) -> None:
     config = base_config(pods, defaults={"maxTokens": 256, "leaseS": 1.0})
     first = GatewayProcess(config, tmp_path).start()
-    key = create_key(first.config_path, "--team", "crash")
+    key, key_id = make_key(first.config_path, team="crash")
     http = httpx.Client(base_url=first.url, timeout=60)
     try:
         with http.stream(
@@ -146,9 +137,12 @@ def test_a_crashed_gateways_reservation_expires_and_is_charged(pods: Pods, tmp_p
         http.close()
         first.stop()
     with GatewayProcess(config, tmp_path) as second:
-        key_id = _key_id(second, "crash")
-        wait_until(lambda: key_id in _spend(second), timeout_s=20, what="lease expiry")
-        row = _spend(second)[key_id]
+        wait_until(
+            lambda: key_id in spend_by(second.config_path, "key"),
+            timeout_s=20,
+            what="lease expiry",
+        )
+        row = spend_by(second.config_path, "key")[key_id]
     # Charged the whole reservation: prompt plus the default cap of 256.
-    assert row["completion_tokens"] == 256
-    assert row["spend_usd"] == pytest.approx((3 + 2 * 256) / 1e6)
+    assert row.completion_tokens == 256
+    assert row.cost_micro == 3 + 2 * 256

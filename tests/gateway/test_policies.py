@@ -136,6 +136,26 @@ def test_least_loaded_ready_pod_first_then_fallback() -> None:
     assert router.plan("unknown", 0.0) == []
 
 
+def test_saturated_pods_still_serve_when_there_is_no_fallback() -> None:
+    router = Router(
+        GatewayConfig.model_validate(
+            {
+                "pools": [
+                    {
+                        "name": "p",
+                        "models": ["m"],
+                        "endpoints": ["http://a", "http://b"],
+                        "maxWaiting": 4,
+                    }
+                ],
+            }
+        )
+    )
+    router.update_load("http://a", EndpointLoad(ready=True, waiting=9))
+    router.update_load("http://b", EndpointLoad(ready=False))
+    assert [t.base_url for t in router.plan("m", 0.0)] == ["http://a"]
+
+
 def test_breaker_opens_then_lets_one_probe_through() -> None:
     clock = FakeClock()
     breaker = Breaker(failures=3, open_s=10)

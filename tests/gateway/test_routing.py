@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.gateway.conftest import Pods, base_config
-from tests.gateway.support import GatewayProcess, create_key, free_port
+from tests.gateway.support import GatewayProcess, free_port, make_key
 
 BODY = {"model": "tiny-lm", "prompt": "The function returns", "max_tokens": 2}
 
@@ -71,7 +71,7 @@ def test_weighted_split_between_pools(pods: Pods, tmp_path: Path) -> None:
         ],
     )
     with GatewayProcess(config, tmp_path) as gateway:
-        key = create_key(gateway.config_path)
+        key, _ = make_key(gateway.config_path)
         seen = _upstreams(gateway, key, 8)
     assert [code for code, _ in seen] == [200] * 8
     assert sorted(u for _, u in seen) == ["canary"] * 2 + ["stable"] * 6
@@ -86,7 +86,7 @@ def test_pool_down_falls_back_to_the_hosted_upstream(pods: Pods, tmp_path: Path)
         ],
     )
     with GatewayProcess(config, tmp_path, env={"HOSTED_API_KEY": "sk-test"}) as gateway:
-        key = create_key(gateway.config_path)
+        key, _ = make_key(gateway.config_path)
         seen = _upstreams(gateway, key, 3)
     assert seen == [(200, "hosted")] * 3
 
@@ -100,7 +100,7 @@ def test_retries_on_503_stay_within_the_budget(pods: Pods, overloaded: str, tmp_
         ],
     )
     with GatewayProcess(config, tmp_path) as gateway:
-        key = create_key(gateway.config_path)
+        key, _ = make_key(gateway.config_path)
         seen = _upstreams(gateway, key, 30)
         retries = gateway.metric("podserve_gateway_retries_total")
     codes = [code for code, _ in seen]

@@ -16,7 +16,7 @@ import pytest
 
 from podserve.gateway.limits import window_at
 from tests.gateway.conftest import Pods, base_config, reset_shared_store
-from tests.gateway.support import GatewayProcess, create_key, redis_server
+from tests.gateway.support import GatewayProcess, make_key, redis_server
 
 PROMPT = "The function returns"
 BODY = {"model": "tiny-lm", "prompt": PROMPT, "max_tokens": 10, "ignore_eos": True}
@@ -62,7 +62,7 @@ async def _fire(replicas: list[GatewayProcess], key: str, count: int) -> list[in
 
 
 def test_rpm_is_exact_across_replicas(replicas: list[GatewayProcess]) -> None:
-    key = create_key(replicas[0].config_path, "--team", "rpm", "--rpm", "5")
+    key, _ = make_key(replicas[0].config_path, team="rpm", rpm=5)
     before = window_at(time.time()).index
     codes = asyncio.run(_fire(replicas, key, 12))
     windows = window_at(time.time()).index - before + 1
@@ -74,7 +74,7 @@ def test_rpm_is_exact_across_replicas(replicas: list[GatewayProcess]) -> None:
 def test_budget_is_shared_and_the_ledger_lands_in_postgres(
     replicas: list[GatewayProcess],
 ) -> None:
-    key = create_key(replicas[0].config_path, "--team", "shared", "--budget-usd", "0.0001")
+    key, _ = make_key(replicas[0].config_path, team="shared", budget_micro=100)
     codes = asyncio.run(_fire(replicas, key, 12))
     assert codes.count(200) == 4  # 4 holds of 23 fit in 100 micro-dollars, across replicas
     done = replicas[1].cli("spend", "--by", "team", "--format", "json")
@@ -89,7 +89,7 @@ def test_store_down_fails_closed_with_503(pods: Pods, postgres_dsn: str, tmp_pat
     with redis_server() as url:
         config = _shared_config(pods, url, postgres_dsn)
         with GatewayProcess(config, tmp_path) as gateway:
-            key = create_key(gateway.config_path, "--team", "down")
+            key, _ = make_key(gateway.config_path, team="down")
             headers = {"authorization": f"Bearer {key}"}
             with httpx.Client(base_url=gateway.url, timeout=30) as http:
                 assert http.post("/v1/completions", json=BODY, headers=headers).status_code == 200
@@ -106,7 +106,7 @@ def test_fail_open_spends_at_most_budget_over_replicas(
     with redis_server() as url:
         config = _shared_config(pods, url, postgres_dsn, failOpen={"enabled": True, "replicas": 2})
         with GatewayProcess(config, tmp_path) as gateway:
-            key = create_key(gateway.config_path, "--team", "open", "--budget-usd", "0.0001")
+            key, _ = make_key(gateway.config_path, team="open", budget_micro=100)
             headers = {"authorization": f"Bearer {key}"}
             with httpx.Client(base_url=gateway.url, timeout=30) as http:
                 assert http.post("/v1/completions", json=BODY, headers=headers).status_code == 200

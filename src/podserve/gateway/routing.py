@@ -8,7 +8,8 @@ a pod's queue is `waiting + running` from its last scrape plus the requests this
 sent it since (scrapes are up to one interval stale, and a burst would otherwise all land on
 the pod that looked idle). A pod is skipped when its /ready failed, its breaker is open, or
 its waiting count is over the pool's `maxWaiting` (saturated). With no eligible pod in the
-chosen pool, the other pools serving the model come next, then the fallbacks in order.
+chosen pool, the other pools serving the model come next, then the fallbacks in order; with
+no fallback either, the least loaded saturated pod (its own queue decides).
 
 The split between pools is nginx's smooth weighted round-robin
 (nginx/nginx src/http/ngx_http_upstream_round_robin.c, ngx_http_upstream_get_peer): over
@@ -121,6 +122,11 @@ class Router:
         for pool in pools:
             order.extend(self._rank(pool, now_s))
         order.extend(t for t in routes.fallbacks if self.breaker(t.base_url).allows(now_s))
+        if not order:
+            # Saturated everywhere and nowhere to overflow: the least loaded ready pod
+            # still beats a refusal here (it has its own admission queue).
+            for pool in pools:
+                order.extend(self._rank(pool, now_s, saturated_ok=True))
         return order
 
     def _pick_pool(self, pools: list[_PoolState]) -> _PoolState | None:
@@ -136,11 +142,13 @@ class Router:
         best.current -= total
         return best
 
-    def _rank(self, pool: _PoolState, now_s: float) -> list[Target]:
+    def _rank(self, pool: _PoolState, now_s: float, saturated_ok: bool = False) -> list[Target]:
         eligible: list[tuple[str, float, float]] = []
         for ep in pool.endpoints:
             load = self._loads.get(ep)
-            if load is None or not load.ready or load.waiting > pool.max_waiting:
+            if load is None or not load.ready:
+                continue
+            if load.waiting > pool.max_waiting and not saturated_ok:
                 continue
             if not self.breaker(ep).allows(now_s):
                 continue
