@@ -184,11 +184,14 @@ class Scheduler:
         ]
         histogram: dict[str, int] = {}
         feasible: list[Node] = []
+        resolvable = 0  # nodes whose failure removing pods could fix
         for node in nodes:
             why = self.reasons(pod, node, nodes, (reserved or {}).get(node.name), spread_counts)
             if why:
                 for reason in why:
                     histogram[reason] = histogram.get(reason, 0) + 1
+                if why[0].startswith(("Insufficient", TOO_MANY_PODS, SPREAD)):
+                    resolvable += 1
             else:
                 feasible.append(node)
         if feasible:
@@ -216,20 +219,15 @@ class Scheduler:
         if chosen is None:
             # Nodes failing a filter preemption cannot fix are "not helpful"
             # (framework/preemption/preemption.go nodesWherePreemptionMightHelp).
-            resolvable = sum(
-                count
-                for reason, count in histogram.items()
-                if reason.startswith(("Insufficient", TOO_MANY_PODS, SPREAD))
-            )
-            parts = []
+            # Each reason ends with a period and FitError adds one: events really read
+            # "... No preemption victims found for incoming pod.."
+            histogram_pf: dict[str, int] = {}
             if len(nodes) - resolvable:
-                parts.append(f"{len(nodes) - resolvable} Preemption is not helpful for scheduling")
+                histogram_pf["Preemption is not helpful for scheduling."] = len(nodes) - resolvable
             if resolvable:
-                parts.append(f"{resolvable} No preemption victims found for incoming pod")
+                histogram_pf["No preemption victims found for incoming pod."] = resolvable
             return Decision(
-                None,
-                message=f"{message} preemption: 0/{len(nodes)} nodes are available: "
-                f"{', '.join(sorted(parts))}.",
+                None, message=f"{message} preemption: {fit_error(len(nodes), histogram_pf)}"
             )
         return Decision(None, nominated=chosen[0], victims=chosen[1], message=message)
 
