@@ -49,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
 
 ROWS = 64
+MAX_SPREAD = 0.25
 
 
 def body() -> bytes:
@@ -228,8 +229,10 @@ async def main_async(args: argparse.Namespace) -> int:
             results[name]["loadavg_1m"] = round(os.getloadavg()[0], 2)
             print(f"{name}: {results[name]}", flush=True)
             await measure_capacity()
-        capacity = statistics.median(r["goodput_rps"] for r in results["capacity_runs"])
+        runs = [r["goodput_rps"] for r in results["capacity_runs"]]
+        capacity = statistics.median(runs)
         results["capacity_rps_median"] = capacity
+        results["capacity_spread"] = round((max(runs) - min(runs)) / max(capacity, 1e-9), 3)
         for name in ("overload_no_backoff", "overload_with_backoff"):
             ratio = results[name]["goodput_rps"] / max(capacity, 1e-9)
             results[name]["goodput_vs_capacity"] = round(ratio, 3)
@@ -242,7 +245,13 @@ async def main_async(args: argparse.Namespace) -> int:
         "log": str(replica.log_path),
         "results": results,
         "goal": "goodput >= 0.9x capacity at 10x overload without client backoff",
-        "goal_met": results["overload_no_backoff"]["goodput_vs_capacity"] >= 0.9,
+        # A verdict only when capacity held still: on a shared machine whose capacity
+        # moved by more than MAX_SPREAD during the run, the ratio means little.
+        "goal_met": (
+            results["overload_no_backoff"]["goodput_vs_capacity"] >= 0.9
+            if results["capacity_spread"] <= MAX_SPREAD
+            else f"inconclusive: capacity varied by {results['capacity_spread']:.0%}"
+        ),
     }
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     out = harness.RESULTS / f"overload-{stamp}.json"
