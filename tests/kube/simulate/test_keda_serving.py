@@ -131,3 +131,41 @@ def test_event_parsing() -> None:
     for bad in ("rollout", "reboot@5", "spot-reclaim@5", "metrics-down@5:0", "rollout@-1"):
         with pytest.raises(InvalidInput):
             parse_event(bad)
+
+
+def test_trigger_signals_from_queries_and_scaler_types() -> None:
+    from podserve.kube.simulate.autoscalers import classify, rate_window_s, scaled_object
+
+    assert classify('sum(rate(envoy_cluster_upstream_rq_total{x="y"}[2m]))') is Signal.RATE
+    assert rate_window_s("sum(rate(x[2m]))") == 120
+    assert classify("sum(vllm:num_requests_waiting)") is Signal.QUEUE
+    assert classify("sum(podserve_queue_depth)") is Signal.QUEUE
+    assert classify("podserve_ttft_p95_seconds") is Signal.LATENCY
+    assert classify("sum(podserve_inflight_requests)") is Signal.INFLIGHT
+    doc = {
+        "kind": "ScaledObject",
+        "metadata": {"name": "c"},
+        "spec": {
+            "scaleTargetRef": {"name": "c"},
+            "triggers": [
+                {
+                    "type": "redis-streams",
+                    "metadata": {"pendingEntriesCount": "20", "activationLagCount": "1"},
+                },
+                {
+                    "type": "cron",
+                    "metadata": {"start": "0 7 * * *", "end": "0 19 * * *", "desiredReplicas": "2"},
+                },
+            ],
+        },
+    }
+    spec = scaled_object(doc)
+    assert (spec.polling_s, spec.cooldown_s, spec.min_replicas, spec.max_replicas) == (
+        30,
+        300,
+        0,
+        100,
+    )
+    lag, cron = spec.triggers
+    assert (lag.signal, lag.target, lag.activation) == (Signal.QUEUE, 20.0, 1.0)
+    assert (cron.signal, cron.schedule) == (Signal.SCHEDULE, ("0 7 * * *", "0 19 * * *"))

@@ -27,6 +27,13 @@ from podserve.kube.types import Manifest
 # autoscaling/v2 defaults when `behavior` is present (pkg/apis/autoscaling/v2/defaults.go).
 DEFAULT_SCALE_UP = ScaleRules(0, "Max", (Policy("Pods", 4, 15), Policy("Percent", 100, 15)))
 DEFAULT_SCALE_DOWN = ScaleRules(None, "Max", (Policy("Percent", 100, 15),))
+# Queue-like KEDA scalers: type → (target key, activation key) in the trigger metadata.
+_BACKLOG_TRIGGERS = {
+    "redis-streams": ("pendingEntriesCount", "activationLagCount"),
+    "kafka": ("lagThreshold", "activationLagThreshold"),
+    "rabbitmq": ("value", "activationValue"),
+    "aws-sqs-queue": ("queueLength", "activationQueueLength"),
+}
 _RATE_WINDOW = re.compile(r"\[(\d+)([smh])\]")
 
 
@@ -130,6 +137,18 @@ def _trigger(raw: Mapping[str, Any]) -> Metric:
             1.0,
             activation=_float(meta.get("desiredReplicas"), 1.0) - 1.0,
             schedule=(str(meta.get("start", "")), str(meta.get("end", ""))),
+        )
+    backlog = _BACKLOG_TRIGGERS.get(str(raw.get("type")))
+    if backlog is not None:
+        # Queue scalers: the backlog (stream lag, pending entries) against a per-replica
+        # target (keda-docs content/docs/2.21/scalers/<type>.md).
+        target, activation = backlog
+        return Metric(
+            "External",
+            Signal.QUEUE,
+            kind,
+            _float(meta.get(target), 5.0),
+            activation=_float(meta.get(activation), 0.0),
         )
     query = str(meta.get("query", meta.get("metricName", "")))
     return Metric(
