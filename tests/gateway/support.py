@@ -115,13 +115,13 @@ def wait_ready(pod: ServerProcess) -> None:
 
 
 @contextlib.contextmanager
-def redis_server() -> Iterator[str]:
+def redis_server(port: int | None = None) -> Iterator[str]:
     binary = shutil.which("redis-server")
     if binary is None:
         import pytest
 
         pytest.skip("redis-server is not installed (Debian package redis-server)")
-    port = free_port()
+    port = port or free_port()
     proc = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
         stdout=subprocess.DEVNULL,

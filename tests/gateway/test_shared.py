@@ -16,7 +16,8 @@ import pytest
 
 from podserve.gateway.limits import window_at
 from tests.gateway.conftest import Pods, base_config, reset_shared_store
-from tests.gateway.support import GatewayProcess, make_key, redis_server
+from tests.gateway.support import GatewayProcess, make_key, redis_server, spend_by
+from tests.support.server import wait_until
 
 PROMPT = "The function returns"
 BODY = {"model": "tiny-lm", "prompt": PROMPT, "max_tokens": 10, "ignore_eos": True}
@@ -106,17 +107,30 @@ def test_fail_open_spends_at_most_budget_over_replicas(
     with redis_server() as url:
         config = _shared_config(pods, url, postgres_dsn, failOpen={"enabled": True, "replicas": 2})
         with GatewayProcess(config, tmp_path) as gateway:
-            key, _ = make_key(gateway.config_path, team="open", budget_micro=100)
+            key, key_id = make_key(gateway.config_path, team="open", budget_micro=100)
             headers = {"authorization": f"Bearer {key}"}
             with httpx.Client(base_url=gateway.url, timeout=30) as http:
                 assert http.post("/v1/completions", json=BODY, headers=headers).status_code == 200
+                wait_until(
+                    lambda: key_id in spend_by(gateway.config_path, "key"),
+                    timeout_s=20,
+                    what="the first request in the ledger",
+                )
                 _stop_redis(url)
                 codes = [
                     http.post("/v1/completions", json=BODY, headers=headers).status_code
                     for _ in range(4)
                 ]
-    # 100 / 2 replicas = 50 micro-dollars: two holds of 23 while the store is away.
-    assert codes == [200, 200, 429, 429]
+            # 100 / 2 replicas = 50 micro-dollars: two holds of 23 while the store is away.
+            assert codes == [200, 200, 429, 429]
+            # Redis comes back (empty): the outage's charges reach the ledger and budgets.
+            with redis_server(int(url.rsplit(":", 1)[1].split("/")[0])):
+                wait_until(
+                    lambda: spend_by(gateway.config_path, "key")[key_id].requests >= 3,
+                    timeout_s=20,
+                    what="outage charges recorded",
+                )
+                assert spend_by(gateway.config_path, "key")[key_id].cost_micro == 3 * 23
 
 
 def _stop_redis(url: str) -> None:

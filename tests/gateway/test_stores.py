@@ -166,3 +166,40 @@ async def test_rpm_and_tpm_windows(store: Store) -> None:
     assert isinstance(await store.reserve(_hold(10, 50, limit_micro=None, tpm=100)), Refusal)
     await store.settle(_settle(first, 10, 5))  # 15 used: 45 go back to the window
     assert isinstance(await store.reserve(_hold(10, 50, limit_micro=None, tpm=100)), Grant)
+
+
+async def test_a_charge_after_the_fact_is_recorded_once(store: Store) -> None:
+    from podserve.gateway.store.base import Charge
+
+    hold = _hold(10, 100, limit_micro=300)
+    charge = Charge(_settle(hold, 10, 20), ("key:k1", "team:t"), hold.labels)
+    await store.charge(charge)
+    await store.charge(charge)  # replayed: ignored
+    rows = await store.spend(Dimension.KEY)
+    assert [(r.cost_micro, r.requests) for r in rows] == [(50, 1)]
+    # The budget counts it: 300 - 50 leaves room for one hold of 210, not two.
+    assert isinstance(await store.reserve(_hold(10, 100, limit_micro=300)), Grant)
+    assert isinstance(await store.reserve(_hold(10, 100, limit_micro=300)), Refusal)
+
+
+async def test_a_restarted_redis_rebuilds_committed_spend(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Redis loses everything; the next reservation sees the spend in PostgreSQL."""
+    import redis
+
+    from podserve.gateway.store.redis_postgres import RedisPostgresStore
+
+    redis_url = request.getfixturevalue("redis_url")
+    dsn = request.getfixturevalue("postgres_dsn")
+    reset_shared_store(redis_url, dsn)
+    store = RedisPostgresStore(redis_url, dsn, timeout_s=2.0)
+    await store.setup()
+    first = _hold(10, 100, limit_micro=300)
+    assert isinstance(await store.reserve(first), Grant)
+    await store.settle(_settle(first, 10, 100))  # 210 spent
+    await store.drain_ledger()
+    with redis.Redis.from_url(redis_url) as r:
+        r.flushall()
+    assert isinstance(await store.reserve(_hold(10, 100, limit_micro=300)), Refusal)
+    await store.close()

@@ -29,6 +29,7 @@ from podserve.gateway.keys import KeyRecord, hash_key
 from podserve.gateway.limits import window_at
 from podserve.gateway.money import FREE, Rate, usd_to_micro
 from podserve.gateway.store.base import (
+    Charge,
     Hold,
     Labels,
     Outcome,
@@ -54,6 +55,7 @@ class Admission:
     prompt_tokens: int
     max_tokens: int | None  # the cap forwarded upstream (None: the request has none)
     local: bool  # admitted by LocalBudgets while the store was down
+    request_id: str = ""
 
 
 class Accounting:
@@ -221,7 +223,7 @@ class Accounting:
             )
         assert isinstance(decision, Grant)
         cap = decision.max_tokens // bill.choices if generates else None
-        return Admission(hold.reservation_id, key, bill.model, rate, prompt, cap, local)
+        return Admission(hold.reservation_id, key, bill.model, rate, prompt, cap, local, request_id)
 
     async def settle(
         self, admission: Admission, usage: Usage, outcome: Outcome, upstream: str
@@ -234,19 +236,33 @@ class Accounting:
             self._settled.set()
             self._settled = asyncio.Event()
 
+    async def flush_offline(self) -> int:
+        """Record the charges made while the store was down; how many are still pending."""
+        pending = self._local.pending
+        while pending:
+            await self._call(self.store.charge(pending[0]))
+            pending.pop(0)
+        return len(pending)
+
     async def _settle(
         self, admission: Admission, usage: Usage, outcome: Outcome, upstream: str, cost: int
     ) -> int:
-        if admission.local:
-            self._local.settle(admission.reservation_id, cost)
-            log.warning(
-                "settled while the store was down",
-                extra={"key_id": admission.key.key_id, "cost_micro": cost},
-            )
-            return cost
         settlement = Settlement(
             admission.reservation_id, usage, cost, upstream, outcome, self._wall()
         )
+        if admission.local:
+            scopes = self._local.scopes_of(admission.reservation_id)
+            self._local.settle(admission.reservation_id, cost)
+            key = admission.key
+            labels = Labels(
+                key.key_id, key.team, key.namespace, admission.model, admission.request_id
+            )
+            self._local.pending.append(Charge(settlement, scopes, labels))
+            log.warning(
+                "settled while the store was down",
+                extra={"key_id": key.key_id, "cost_micro": cost},
+            )
+            return cost
         try:
             await self._call(self.store.settle(settlement))
         except StoreDown:

@@ -80,6 +80,7 @@ class Gateway:
                 if time.monotonic() - last_lease >= lease_every_s:
                     await store.expire_leases(time.time())
                     last_lease = time.monotonic()
+                await self.accounting.flush_offline()
                 drain = getattr(store, "drain_ledger", None)
                 if drain is not None:
                     await drain()

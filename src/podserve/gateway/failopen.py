@@ -3,14 +3,15 @@
 Each replica then admits against budgets divided by the replica count, counted in memory
 from the moment the store failed: N replicas together can spend at most the budget during
 the outage, however it is split. Rate limits are not enforced meanwhile (they cannot be
-exact without the shared counters). What was spent is logged and kept in `spent_micro`; it
-does not reach the ledger (docs/gateway.md, "Store outages").
+exact without the shared counters). What was spent is kept as pending `Charge`s and
+recorded in the store once it answers again (`Accounting.flush_offline`): committed to the
+budgets and written to the ledger, once each.
 """
 
 from __future__ import annotations
 
 from podserve.gateway.budget import Grant, Refusal, ScopeState, grant
-from podserve.gateway.store.base import Hold
+from podserve.gateway.store.base import Charge, Hold
 
 
 class LocalBudgets:
@@ -19,6 +20,7 @@ class LocalBudgets:
         self._committed: dict[str, int] = {}
         self._reserved: dict[str, int] = {}
         self._holds: dict[str, tuple[tuple[str, ...], int]] = {}
+        self.pending: list[Charge] = []
 
     def holds(self, reservation_id: str) -> bool:
         return reservation_id in self._holds
@@ -40,6 +42,9 @@ class LocalBudgets:
                 self._reserved[name] = self._reserved.get(name, 0) + decision.amount_micro
             self._holds[hold.reservation_id] = (names, decision.amount_micro)
         return decision
+
+    def scopes_of(self, reservation_id: str) -> tuple[str, ...]:
+        return self._holds[reservation_id][0]
 
     def settle(self, reservation_id: str, cost_micro: int) -> None:
         names, amount = self._holds.pop(reservation_id)

@@ -79,6 +79,16 @@ class Settlement:
 
 
 @dataclass(frozen=True, slots=True)
+class Charge:
+    """Spend that happened without a reservation in the store (fail-open during an
+    outage), recorded afterwards: committed to each scope and written to the ledger once."""
+
+    settlement: Settlement
+    scopes: tuple[str, ...]
+    labels: Labels
+
+
+@dataclass(frozen=True, slots=True)
 class SpendRow:
     group: str
     cost_micro: int
@@ -104,6 +114,10 @@ class Store(Protocol):
 
     async def expire_leases(self, now_wall_s: float) -> int:
         """Charge every reservation whose lease ran out in full; how many there were."""
+        ...
+
+    async def charge(self, charge: Charge) -> None:
+        """Record a `Charge`; a second call with the same reservation id does nothing."""
         ...
 
     async def spend(self, by: Dimension) -> list[SpendRow]: ...

@@ -14,11 +14,14 @@ drained into PostgreSQL by one writer.
 
 from __future__ import annotations
 
+# An empty Redis (restarted, flushed) answers 'init': the caller rebuilds the committed
+# counters from the ledger first, so a restart cannot hand out a spent budget again.
 # ARGV: ns nr nt | prompt maxn minn in_nano out_nano | scope limits (ns; "" = none) |
 #       rpm limits (nr) | tpm limits (nt) | res_id lease_until window_ttl labels_json
 #       | scope names (ns) | tpm counters (nt)
 # KEYS: scope hashes (ns) | rpm counters (nr) | tpm counters (nt) | res hash | leases
 RESERVE = """
+if redis.call('EXISTS', 'gw:init') == 0 then return {'init', 0, 0} end
 local ns, nr, nt = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local prompt, maxn, minn = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local inn, outn = tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -123,3 +126,12 @@ end
 return #ids
 """
 )
+
+# A charge recorded after the fact (fail-open spend): once per id. KEYS: marker, ledger.
+# ARGV: cost row_json scope keys...
+CHARGE = """
+if redis.call('SET', KEYS[1], '1', 'NX', 'EX', 604800) == false then return 0 end
+for i = 3, #ARGV do redis.call('HINCRBY', ARGV[i], 'c', tonumber(ARGV[1])) end
+redis.call('RPUSH', KEYS[2], ARGV[2])
+return 1
+"""

@@ -29,7 +29,14 @@ from podserve.gateway.budget import Grant, Refusal, RefusalReason
 from podserve.gateway.keys import KeyRecord
 from podserve.gateway.limits import WINDOW_S
 from podserve.gateway.store import lua
-from podserve.gateway.store.base import Dimension, Hold, Settlement, SpendRow, StoreUnavailable
+from podserve.gateway.store.base import (
+    Charge,
+    Dimension,
+    Hold,
+    Settlement,
+    SpendRow,
+    StoreUnavailable,
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS gateway_keys (
@@ -77,8 +84,8 @@ class RedisPostgresStore:
         self._reserve = self._redis.register_script(lua.RESERVE)
         self._settle = self._redis.register_script(lua.SETTLE)
         self._expire = self._redis.register_script(lua.EXPIRE)
+        self._charge = self._redis.register_script(lua.CHARGE)
         self._writer_id = uuid.uuid4().hex
-        self._ready = False
 
     # --- connections -----------------------------------------------------------------
     async def _conn(self) -> psycopg.AsyncConnection[Any]:
@@ -109,8 +116,10 @@ class RedisPostgresStore:
     async def _bootstrap(self) -> None:
         try:
             if await self._redis.exists(_INIT):
-                self._ready = True
                 return
+            # One replica rebuilds; the others fail closed until it is done.
+            if not await self._redis.set("gw:bootstrap", self._writer_id, nx=True, px=10_000):
+                raise StoreUnavailable("another replica is rebuilding the budget counters")
             await self.drain_ledger()
             rows = await self._sql(
                 "SELECT 'key:' || key_id, SUM(cost_micro) FROM gateway_ledger GROUP BY key_id "
@@ -125,7 +134,6 @@ class RedisPostgresStore:
                 await pipe.execute()
         except _REDIS_ERRORS as exc:
             raise StoreUnavailable(f"redis: {exc}") from exc
-        self._ready = True
 
     # --- keys ------------------------------------------------------------------------
     async def create_key(self, record: KeyRecord) -> None:
@@ -167,8 +175,13 @@ class RedisPostgresStore:
 
     # --- budgets ---------------------------------------------------------------------
     async def reserve(self, hold: Hold) -> Grant | Refusal:
-        if not self._ready:
+        reply = await self._reserve_once(hold)
+        if reply[0] in (b"init", "init"):
             await self._bootstrap()
+            reply = await self._reserve_once(hold)
+        return self._verdict(hold, reply)
+
+    async def _reserve_once(self, hold: Hold) -> list[Any]:
         plan = hold.plan
         keys = (
             [f"gw:scope:{s.name}" for s in hold.scopes]
@@ -203,9 +216,13 @@ class RedisPostgresStore:
             labels,
         ]
         try:
-            reply = await self._reserve(keys=keys, args=args)
+            reply: list[Any] = await self._reserve(keys=keys, args=args)
         except _REDIS_ERRORS as exc:
             raise StoreUnavailable(f"redis: {exc}") from exc
+        return reply
+
+    def _verdict(self, hold: Hold, reply: list[Any]) -> Grant | Refusal:
+        plan = hold.plan
         verdict = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
         if verdict == "ok":
             n, amount = int(reply[1]), int(reply[2])
@@ -249,6 +266,32 @@ class RedisPostgresStore:
         except _REDIS_ERRORS as exc:
             raise StoreUnavailable(f"redis: {exc}") from exc
         return int(count)
+
+    async def charge(self, charge: Charge) -> None:
+        s, labels = charge.settlement, charge.labels
+        row = json.dumps(
+            {
+                "reservation_id": s.reservation_id,
+                "request_id": labels.request_id,
+                "at": s.at,
+                "key_id": labels.key_id,
+                "team": labels.team,
+                "namespace": labels.namespace,
+                "model": labels.model,
+                "upstream": s.upstream,
+                "prompt_tokens": s.usage.prompt_tokens,
+                "completion_tokens": s.usage.completion_tokens,
+                "cost_micro": s.cost_micro,
+                "status": s.outcome.value,
+            }
+        )
+        try:
+            await self._charge(
+                keys=[f"gw:charged:{s.reservation_id}", _LEDGER],
+                args=[s.cost_micro, row, *[f"gw:scope:{name}" for name in charge.scopes]],
+            )
+        except _REDIS_ERRORS as exc:
+            raise StoreUnavailable(f"redis: {exc}") from exc
 
     # --- the ledger ------------------------------------------------------------------
     async def drain_ledger(self) -> int:

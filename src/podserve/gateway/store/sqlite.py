@@ -18,6 +18,7 @@ from podserve.gateway.budget import Grant, Refusal, ScopeState, Usage, WindowSta
 from podserve.gateway.keys import KeyRecord
 from podserve.gateway.limits import WINDOW_S
 from podserve.gateway.store.base import (
+    Charge,
     Dimension,
     Hold,
     Outcome,
@@ -191,6 +192,38 @@ class SqliteStore:
                 )
             db.execute("DELETE FROM windows WHERE expires_at <= ?", (now_wall_s,))
             return len(rows)
+
+    async def charge(self, charge: Charge) -> None:
+        s, labels = charge.settlement, charge.labels
+        with self._tx() as db:
+            seen = db.execute(
+                "SELECT 1 FROM ledger WHERE reservation_id = ?", (s.reservation_id,)
+            ).fetchone()
+            if seen is not None:
+                return
+            for name in charge.scopes:
+                db.execute(
+                    "INSERT INTO scopes (name, committed) VALUES (?, ?) ON CONFLICT(name) "
+                    "DO UPDATE SET committed = committed + excluded.committed",
+                    (name, s.cost_micro),
+                )
+            db.execute(
+                "INSERT INTO ledger VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    s.reservation_id,
+                    labels.request_id,
+                    s.at,
+                    labels.key_id,
+                    labels.team,
+                    labels.namespace,
+                    labels.model,
+                    s.upstream,
+                    s.usage.prompt_tokens,
+                    s.usage.completion_tokens,
+                    s.cost_micro,
+                    s.outcome.value,
+                ),
+            )
 
     async def spend(self, by: Dimension) -> list[SpendRow]:
         column = _GROUP_COLUMN[by]
