@@ -74,6 +74,7 @@ class Gateway:
         store = self.accounting.store
         lease_every_s = max(0.05, min(5.0, self.config.defaults.lease_s / 4))
         last_lease = 0.0
+        failing = False
         while True:
             await asyncio.sleep(0.2)  # a period, not synchronisation
             try:
@@ -84,8 +85,13 @@ class Gateway:
                 drain = getattr(store, "drain_ledger", None)
                 if drain is not None:
                     await drain()
+                if failing:
+                    log.info("gateway housekeeping recovered")
+                failing = False
             except Exception:  # the store may be down: keep trying, fail requests closed
-                log.warning("gateway housekeeping failed", exc_info=True)
+                if not failing:  # once per outage, not every 0.2 s
+                    log.warning("gateway housekeeping failed", exc_info=True)
+                failing = True
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:
