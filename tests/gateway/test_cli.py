@@ -1,0 +1,108 @@
+"""`podserve gateway keys|spend` in process: bad input exits 2 with a message, a key is
+printed once on the last line, list never shows it, spend prints the contract's JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from podserve.cli.main import main
+from tests.gateway.support import ROOT
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    path = tmp_path / "gateway.yaml"
+    text = (ROOT / "examples/gateway/gateway.yaml").read_text()
+    path.write_text(text.replace("path: gateway.db", f"path: {tmp_path / 'gw.db'}"))
+    return path
+
+
+def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_keys_create_list_revoke(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(
+        capsys,
+        "gateway",
+        "keys",
+        "create",
+        "--config",
+        str(config),
+        "--team",
+        "a",
+        "--namespace",
+        "ns",
+        "--budget-usd",
+        "2.5",
+        "--rpm",
+        "10",
+        "--tpm",
+        "1000",
+        "--models",
+        "tiny-lm",
+    )
+    assert code == 0
+    key = out.strip().splitlines()[-1]
+    assert key.startswith("psk-")
+    code, out, _ = _run(
+        capsys, "gateway", "keys", "list", "--config", str(config), "--format", "json"
+    )
+    assert code == 0
+    [row] = json.loads(out)
+    assert key not in out
+    assert row["budget_usd"] == 2.5
+    assert (row["team"], row["namespace"], row["models"], row["rpm"], row["tpm"]) == (
+        "a",
+        "ns",
+        ["tiny-lm"],
+        10,
+        1000,
+    )
+    assert _run(capsys, "gateway", "keys", "revoke", "--config", str(config), row["key_id"])[0] == 0
+    code, _, err = _run(capsys, "gateway", "keys", "revoke", "--config", str(config), "nope")
+    assert code == 1
+    assert "nope" in err
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--budget-usd", "lots"], "--budget-usd"),
+        (["--budget-usd", "-1"], "--budget-usd"),
+        (["--rpm", "0"], "--rpm"),
+        (["--models", "gpt-9"], "gpt-9"),
+    ],
+)
+def test_bad_key_flags_exit_2(
+    config: Path, capsys: pytest.CaptureFixture[str], flags: list[str], needle: str
+) -> None:
+    code, _, err = _run(capsys, "gateway", "keys", "create", "--config", str(config), *flags)
+    assert code == 2
+    assert needle in err
+
+
+def test_bad_config_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("pools: [{name: a}]\n")
+    code, _, err = _run(capsys, "gateway", "spend", "--config", str(bad), "--by", "team")
+    assert code == 2
+    assert "pools" in err
+    code, _, err = _run(
+        capsys, "gateway", "spend", "--config", str(tmp_path / "missing.yaml"), "--by", "team"
+    )
+    assert code == 2
+    assert "missing.yaml" in err
+
+
+def test_spend_on_an_empty_ledger(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(
+        capsys, "gateway", "spend", "--config", str(config), "--by", "model", "--format", "json"
+    )
+    assert code == 0
+    assert json.loads(out) == []
