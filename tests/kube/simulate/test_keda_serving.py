@@ -40,6 +40,8 @@ def test_activation_is_strictly_above_the_threshold() -> None:
     assert keda.poll(30, 0, [2.5]) == 1
     keda = KedaController.for_spec(scaled_object(min_replicas=3))
     assert keda.poll(0, 0, [9.0]) == 3  # activation jumps to minReplicaCount
+    assert keda.poll(30, 1, [0.0]) == 3  # and nothing stays below it
+    assert keda.poll(60, 3, [0.0]) is None  # never to zero with a minimum
 
 
 def test_cooldown_to_zero_counts_from_the_last_activity() -> None:

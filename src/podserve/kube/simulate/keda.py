@@ -51,6 +51,10 @@ class KedaController:
             return None
         self.failures = 0
         self.fallback_active = False
+        if current < self.spec.min_replicas:
+            # Below minReplicaCount the executor scales straight to it.
+            self.last_reason = "minReplicaCount"
+            return self.spec.min_replicas
         active = any(
             value > trigger.activation
             for value, trigger in zip(values, self.spec.triggers, strict=True)
