@@ -95,7 +95,11 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     summary = build_summary(result, args.seed, scenario.ignored)
     title = f"{Path(args.input).name} on {cluster.metadata.name}"
-    write_outputs(result, summary, args.out, title)
+    try:
+        write_outputs(result, summary, args.out, title)
+    except OSError as exc:
+        print(f"podserve simulate: cannot write to {args.out}: {exc}", file=sys.stderr)
+        return 2
     if args.format == "json":
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     else:

@@ -194,6 +194,23 @@ def test_bad_arguments_exit_2_naming_the_problem(
     assert "Traceback" not in err
 
 
+def test_unwritable_output_exits_2(cli: CliRunner, tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    code, _, err = cli(
+        "simulate",
+        str(SPOT),
+        "--cluster",
+        str(GKE),
+        "--out",
+        str(blocker / "x"),
+        "--duration",
+        "10",
+    )
+    assert code == 2
+    assert "cannot write to" in err
+
+
 def test_bad_files_exit_2(cli: CliRunner, tmp_path: Path) -> None:
     bad_cluster = tmp_path / "c.yaml"
     bad_cluster.write_text(
