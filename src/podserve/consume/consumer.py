@@ -23,7 +23,8 @@ from redis.exceptions import RedisError
 from podserve.consume.contract import StreamEntry
 from podserve.consume.metrics import ConsumerMetrics
 from podserve.consume.processor import RETRYABLE_STATUSES, process
-from podserve.consume.streams import RedisStreams
+from podserve.consume.streams import RedisStreams, Write
+from podserve.consume.writer import ResultWriter
 from podserve.core.clock import MONOTONIC, Clock
 from podserve.dataplane import DataPlaneAPI
 
@@ -71,6 +72,7 @@ class Consumer:
         self._clock = clock
         self._stopping = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._writer = ResultWriter(streams)
 
     @property
     def inflight(self) -> int:
@@ -83,6 +85,13 @@ class Consumer:
     async def run(self) -> None:
         policy = self._policy
         await self._streams.ensure_group()
+        self._writer.start()
+        try:
+            await self._loop(policy)
+        finally:
+            await self._writer.close()
+
+    async def _loop(self, policy: ConsumerPolicy) -> None:
         next_claim_s = next_state_s = self._clock.now_s()
         while not self._stopping.is_set():
             now = self._clock.now_s()
@@ -137,7 +146,7 @@ class Consumer:
         try:
             if result.status in RETRYABLE_STATUSES:
                 limit = self._policy.max_failures or NEVER_DEAD_LETTER
-                count = await self._streams.record_failure(entry, result, limit)
+                count = await self._writer.submit(Write(entry, result, limit))
                 if count > 0:
                     metrics.failed.labels(entry.model).inc()
                     log.warning(
@@ -150,7 +159,7 @@ class Consumer:
                     "entry dead-lettered",
                     extra={"request_id": entry.request_id, "failures": -count},
                 )
-            elif not await self._streams.write_result(entry, result):
+            elif not await self._writer.submit(Write(entry, result)):
                 metrics.duplicates.inc()
         except RedisError as exc:
             # Not acknowledged: the entry stays pending and is claimed again later.

@@ -74,6 +74,19 @@ class StreamNames:
         return f"{self.results}:done:{request_id}"
 
 
+Arg = str | bytes | int
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One entry's outcome to write: its result (`max_failures` None), or a failed attempt
+    counted against `max_failures`."""
+
+    entry: StreamEntry
+    result: Result
+    max_failures: int | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class GroupState:
     pending: int
@@ -132,6 +145,37 @@ class RedisStreams:
     async def write_result(self, entry: StreamEntry, result: Result) -> bool:
         """XADD the result unless one was written for this request id, and XACK the entry,
         atomically. False: a result existed already (a re-run after a crash)."""
+        (outcome,) = await self.apply([Write(entry, result)])
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return bool(outcome)
+
+    async def record_failure(self, entry: StreamEntry, result: Result, max_failures: int) -> int:
+        """Count a failed attempt. Below `max_failures` the entry stays pending (claimed
+        again after the idle timeout) and the count is returned; at `max_failures` it goes
+        to the dead-letter stream, its error becomes its result, it is acknowledged, and
+        the negated count is returned."""
+        (outcome,) = await self.apply([Write(entry, result, max_failures)])
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    async def apply(self, writes: Sequence[Write]) -> list[int | BaseException]:
+        """Run each write's script in one pipeline: one round trip for every result a batch
+        produced at once (each script stays atomic on its own). Per write: the script's
+        answer (see write_result / record_failure), or the error Redis gave for it."""
+        pipe = self._redis.pipeline(transaction=False)
+        for write in writes:
+            if write.max_failures is None:
+                keys, args = self._result_call(write.entry, write.result)
+                await self._result(keys=keys, args=args, client=pipe)
+            else:
+                keys, args = self._fail_call(write.entry, write.result, write.max_failures)
+                await self._fail(keys=keys, args=args, client=pipe)
+        replies = await pipe.execute(raise_on_error=False)
+        return [r if isinstance(r, BaseException) else int(r) for r in replies]
+
+    def _result_call(self, entry: StreamEntry, result: Result) -> tuple[list[str], list[Arg]]:
         names = self.names
         keys = [
             names.results,
@@ -139,7 +183,7 @@ class RedisStreams:
             names.requests,
             names.failures,
         ]
-        args: list[str | bytes | int] = [
+        args: list[Arg] = [
             names.group,
             entry.entry_id,
             result.request_id,
@@ -147,14 +191,11 @@ class RedisStreams:
             result.body,
             names.result_ttl_s,
         ]
-        written = await self._result(keys=keys, args=args)
-        return bool(written)
+        return keys, args
 
-    async def record_failure(self, entry: StreamEntry, result: Result, max_failures: int) -> int:
-        """Count a failed attempt. Below `max_failures` the entry stays pending (claimed
-        again after the idle timeout) and the count is returned; at `max_failures` it goes
-        to the dead-letter stream, its error becomes its result, it is acknowledged, and
-        the negated count is returned."""
+    def _fail_call(
+        self, entry: StreamEntry, result: Result, max_failures: int
+    ) -> tuple[list[str], list[Arg]]:
         names = self.names
         keys = [
             names.failures,
@@ -163,7 +204,7 @@ class RedisStreams:
             names.done_marker(entry.request_id),
             names.requests,
         ]
-        args: list[str | bytes | int] = [
+        args: list[Arg] = [
             names.group,
             entry.entry_id,
             max_failures,
@@ -176,8 +217,7 @@ class RedisStreams:
             entry.api.value,
             names.result_ttl_s,
         ]
-        n = await self._fail(keys=keys, args=args)
-        return int(n)
+        return keys, args
 
     async def group_state(self) -> GroupState | None:
         groups: list[dict[str, Any]] = await self._redis.xinfo_groups(self.names.requests)

@@ -1,0 +1,396 @@
+"""`podserve consume` against `podserve serve` on the same models at the same concurrency,
+and the kill -9 exactly-once run.
+
+    .venv/bin/python benchmarks/consume.py [--seconds 8] [--concurrency 32]
+
+Both sides are closed loops of `--concurrency` outstanding requests: HTTP clients each
+POST and wait for the answer; stream producers each XADD an entry and wait for its result
+on the results stream (one reader dispatches results by id). Same models, same data plane,
+same machine, one run: the report gives entries/s over requests/s per model, which should
+not be below 1. It also times one consumer draining a 10,000-entry backlog queued before it
+starts (what a consumer woken from zero by KEDA does), against the same HTTP rate.
+
+Then two consumers share one group; 2,000 entries are queued; one consumer is killed with
+SIGKILL once a quarter are answered. The run passes when every request id has exactly one
+result (none lost, none duplicated); it reports how long the survivor took to claim the
+dead consumer's pending entries and finish.
+
+Needs redis-server (Debian package) and the dev extras. Writes
+benchmarks/results/consume-<UTC time>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import redis
+import redis.asyncio as aioredis
+
+REPO = Path(__file__).resolve().parent.parent
+MODELS = REPO / "examples" / "models"
+PODSERVE = str(Path(sys.executable).parent / "podserve")
+
+BODIES: dict[str, bytes] = {
+    "iris": orjson.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "features",
+                    "shape": [1, 4],
+                    "datatype": "FP32",
+                    "data": [5.1, 3.5, 1.4, 0.2],
+                }
+            ]
+        }
+    ),
+    "wide-mlp": orjson.dumps(
+        {"inputs": [{"name": "input", "shape": [1, 256], "datatype": "FP32", "data": [0.5] * 256}]}
+    ),
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wait_for(condition: Any, what: str, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def redis_server() -> Iterator[str]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("redis-server is not installed (apt-get install redis-server)")
+    port = free_port()
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        client = redis.Redis(port=port)
+        wait_for(lambda: _pings(client), "redis")
+        client.close()
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.ConnectionError:
+        return False
+
+
+def repository(root: Path, model: str) -> Path:
+    repo = root / f"repo-{model}"
+    repo.mkdir(parents=True, exist_ok=True)
+    if not (repo / model).exists():
+        shutil.copytree(MODELS / model, repo / model)
+    return repo
+
+
+@contextlib.contextmanager
+def serve(repo: Path, log: Path) -> Iterator[str]:
+    port = free_port()
+    cmd = [
+        PODSERVE,
+        "serve",
+        "--model-repository",
+        str(repo),
+        "--port",
+        str(port),
+        "--grpc-port",
+        "-1",
+        "--access-log-sample-rate",
+        "0",
+    ]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_for(lambda: _ready(url), "podserve serve /ready")
+            yield url
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+
+
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/ready", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@contextlib.contextmanager
+def consume(
+    redis_url: str, repo: Path, names: dict[str, str], log: Path, *extra: str
+) -> Iterator[subprocess.Popen[bytes]]:
+    cmd = [
+        PODSERVE,
+        "consume",
+        "--redis",
+        redis_url,
+        "--stream",
+        names["stream"],
+        "--group",
+        "bench",
+        "--results-stream",
+        names["results"],
+        "--model-repository",
+        str(repo),
+        "--metrics-port",
+        "0",
+        "--metrics-host",
+        "127.0.0.1",
+        *extra,
+    ]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            wait_for(
+                lambda: b'"consuming"' in log.read_bytes() or proc.poll() is not None, "consumer"
+            )
+            if proc.poll() is not None:
+                raise RuntimeError(f"consumer exited: {log.read_text()[-2000:]}")
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=30)
+
+
+async def http_rate(url: str, model: str, concurrency: int, seconds: float) -> dict[str, Any]:
+    """Closed loop over podserve's own lean HTTP/1.1 client (podserve.bench.client), so the
+    load generator's CPU goes to the server, not to httpx."""
+    from podserve.bench.client import open_connection
+
+    body = BODIES[model]
+    host, port = url.removeprefix("http://").split(":")
+    raw = (
+        f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: {host}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    done = 0
+    errors = 0
+    stop = time.monotonic() + seconds
+
+    async def client_loop() -> None:
+        nonlocal done, errors
+        connection = await open_connection(host, int(port))
+        try:
+            while time.monotonic() < stop:
+                response = await connection.request(raw, timeout_s=60)
+                if response.status == 200:
+                    done += 1
+                else:
+                    errors += 1
+        finally:
+            connection.close()
+
+    start = time.monotonic()
+    await asyncio.gather(*(client_loop() for _ in range(concurrency)))
+    elapsed = time.monotonic() - start
+    return {"completed": done, "errors": errors, "per_s": done / elapsed}
+
+
+async def stream_rate(
+    redis_url: str, names: dict[str, str], model: str, concurrency: int, seconds: float
+) -> dict[str, Any]:
+    client = aioredis.Redis.from_url(redis_url)
+    reader = aioredis.Redis.from_url(redis_url)
+    body = BODIES[model]
+    waiting: dict[str, asyncio.Future[bytes]] = {}
+    done = 0
+    errors = 0
+    stop = time.monotonic() + seconds
+    finished = asyncio.Event()
+
+    # Read from the current end, fixed before the first XADD ("$" would race with it).
+    tail = await reader.xrevrange(names["results"], count=1)
+    start_id = tail[0][0].decode() if tail else "0-0"
+
+    async def read_results() -> None:
+        last = start_id
+        while not finished.is_set():
+            reply = await reader.xread({names["results"]: last}, block=200, count=500)
+            for _stream, items in reply or []:
+                for entry_id, fields in items:
+                    last = entry_id.decode()
+                    future = waiting.pop(fields[b"id"].decode(), None)
+                    if future is not None and not future.done():
+                        future.set_result(fields[b"status"])
+
+    async def producer(worker: int) -> None:
+        nonlocal done, errors
+        n = 0
+        loop = asyncio.get_running_loop()
+        while time.monotonic() < stop:
+            # Unique per run: a reused id is answered once (the consumer's idempotency).
+            request_id = f"{run}-{worker}-{n}"
+            n += 1
+            future: asyncio.Future[bytes] = loop.create_future()
+            waiting[request_id] = future
+            await client.xadd(names["stream"], {"id": request_id, "model": model, "body": body})
+            status = await asyncio.wait_for(future, timeout=60)
+            if status == b"200":
+                done += 1
+            else:
+                errors += 1
+
+    run = uuid.uuid4().hex[:12]
+    results_task = asyncio.ensure_future(read_results())
+    try:
+        start = time.monotonic()
+        await asyncio.gather(*(producer(w) for w in range(concurrency)))
+        elapsed = time.monotonic() - start
+    finally:
+        finished.set()
+        await results_task
+        await client.aclose()
+        await reader.aclose()
+    return {"completed": done, "errors": errors, "per_s": done / elapsed}
+
+
+def drain_rate(redis_url: str, root: Path, model: str, total: int = 10_000) -> dict[str, Any]:
+    """A backlog of `total` entries queued before the consumer starts (what KEDA wakes it
+    to): how fast one consumer empties it, reading as many entries as its models batch."""
+    repo = repository(root, model)
+    names = {"stream": f"drain-{model}", "results": f"drain-res-{model}"}
+    client = redis.Redis.from_url(redis_url)
+    pipe = client.pipeline()
+    for i in range(total):
+        pipe.xadd(names["stream"], {"id": f"d{i}", "model": model, "body": BODIES[model]})
+    pipe.execute()
+    with consume(redis_url, repo, names, root / f"drain-{model}.log"):
+        start = time.monotonic()
+        wait_for(lambda: client.xlen(names["results"]) >= total, "backlog drained", 300)
+        elapsed = time.monotonic() - start
+    client.close()
+    return {"entries": total, "seconds": round(elapsed, 2), "per_s": total / elapsed}
+
+
+def kill_9_run(redis_url: str, root: Path, total: int = 2000) -> dict[str, Any]:
+    repo = repository(root, "iris")
+    names = {"stream": "kill-req", "results": "kill-res"}
+    client = redis.Redis.from_url(redis_url)
+    common = ("--claim-idle-ms", "2000", "--read-count", "16", "--max-inflight", "32")
+    with (
+        consume(redis_url, repo, names, root / "kill-c1.log", "--consumer", "c1", *common) as first,
+        consume(redis_url, repo, names, root / "kill-c2.log", "--consumer", "c2", *common),
+    ):
+        pipe = client.pipeline()
+        for i in range(total):
+            pipe.xadd(names["stream"], {"id": f"k{i}", "model": "iris", "body": BODIES["iris"]})
+        pipe.execute()
+        start = time.monotonic()
+        wait_for(lambda: client.xlen(names["results"]) >= total // 4, "a quarter answered")
+        held = {
+            c["name"].decode(): c["pending"]
+            for c in client.xinfo_consumers(names["stream"], "bench")
+        }
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(timeout=10)
+        killed_at = time.monotonic()
+        wait_for(lambda: client.xlen(names["results"]) >= total, "all answered", 180)
+        wait_for(lambda: client.xinfo_groups(names["stream"])[0]["pending"] == 0, "no pending")
+        finished = time.monotonic()
+        ids = [f[b"id"] for _i, f in client.xrange(names["results"])]
+    client.close()
+    unique = set(ids)
+    return {
+        "entries": total,
+        "results": len(ids),
+        "unique_ids": len(unique),
+        "lost": total - len(unique & {f"k{i}".encode() for i in range(total)}),
+        "duplicated": len(ids) - len(unique),
+        "pending_on_killed_consumer": held.get("c1", 0),
+        "seconds_before_kill": round(killed_at - start, 2),
+        "seconds_after_kill_to_all_answered": round(finished - killed_at, 2),
+        "exactly_once": len(ids) == total == len(unique),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--models", nargs="*", default=sorted(BODIES))
+    args = parser.parse_args()
+    report: dict[str, Any] = {
+        "concurrency": args.concurrency,
+        "seconds": args.seconds,
+        "cpus": os.cpu_count(),
+        "models": {},
+    }
+    with tempfile.TemporaryDirectory(prefix="bench-consume-") as tmp, redis_server() as url:
+        root = Path(tmp)
+        for model in args.models:
+            repo = repository(root, model)
+            with serve(repo, root / f"serve-{model}.log") as http:
+                asyncio.run(http_rate(http, model, args.concurrency, 1.0))  # warm-up
+                over_http = asyncio.run(http_rate(http, model, args.concurrency, args.seconds))
+            names = {"stream": f"req-{model}", "results": f"res-{model}"}
+            with consume(url, repo, names, root / f"consume-{model}.log"):
+                asyncio.run(stream_rate(url, names, model, args.concurrency, 1.0))  # warm-up
+                over_stream = asyncio.run(
+                    stream_rate(url, names, model, args.concurrency, args.seconds)
+                )
+            drained = drain_rate(url, root, model)
+            report["models"][model] = {
+                "http": over_http,
+                "consume": over_stream,
+                "consume_over_http": round(over_stream["per_s"] / over_http["per_s"], 3),
+                "backlog_drain": drained,
+                "drain_over_http": round(drained["per_s"] / over_http["per_s"], 3),
+            }
+            print(
+                f"{model}: closed loop at {args.concurrency}: http {over_http['per_s']:.0f}/s, "
+                f"consume {over_stream['per_s']:.0f}/s "
+                f"(x{report['models'][model]['consume_over_http']}); backlog drain "
+                f"{drained['per_s']:.0f}/s (x{report['models'][model]['drain_over_http']})",
+                flush=True,
+            )
+        report["kill_9"] = kill_9_run(url, root)
+        print(f"kill -9: {json.dumps(report['kill_9'])}", flush=True)
+    out = (
+        REPO
+        / "benchmarks"
+        / "results"
+        / f"consume-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0 if report["kill_9"]["exactly_once"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
