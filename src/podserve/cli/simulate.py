@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 LONG_SIMULATION_S = 6 * 3600
+MAX_DURATION_S = 31 * 86400  # a timeline record per second must fit in memory
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -76,8 +77,8 @@ def _run(args: argparse.Namespace) -> int:
             trace = constant(args.rate if args.rate is not None else 0.0)
             default_duration = 3600
         duration = args.duration if args.duration is not None else default_duration
-        if duration < 1:
-            raise _usage("--duration must be >= 1")
+        if not 1 <= duration <= MAX_DURATION_S:
+            raise _usage(f"--duration must be between 1 and {MAX_DURATION_S} s (31 days)")
         bench = None
         if args.bench is not None:
             try:

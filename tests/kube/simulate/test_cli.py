@@ -181,7 +181,8 @@ def test_progress_on_long_simulations(cli: CliRunner, tmp_path: Path) -> None:
         (["--event", "explode@5"], "unknown kind"),
         (["--event", "spot-reclaim@5:nope"], "no node pool 'nope'"),
         (["--event", "rollout@5:nope"], "no workload 'nope'"),
-        (["--duration", "0"], "--duration must be >= 1"),
+        (["--duration", "0"], "--duration must be between 1 and"),
+        (["--duration", "999999999"], "--duration must be between 1 and"),
         (["--rate", "-1"], "--rate must be >= 0"),
     ],
 )
