@@ -74,26 +74,26 @@ class GatewayProcess(ServerProcess):
 def run_cli(
     config: Path, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """`podserve gateway <args> --config <config>`; args[0] is keys/spend."""
+    """`podserve gateway <args> --config <config>` in process (the CLI's own entry point;
+    a subprocess per call would cost a Python start each). args[0] is keys/spend."""
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from podserve.cli.main import main
+
     head, *tail = args
-    cmd = [
-        sys.executable,
-        "-m",
-        "podserve.cli.main",
-        "gateway",
-        head,
-        *tail,
-        "--config",
-        str(config),
-    ]
-    return subprocess.run(
-        cmd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, **(env or {})},
-        cwd=config.parent,
-    )
+    argv = ["gateway", head, *tail, "--config", str(config)]
+    out, err = io.StringIO(), io.StringIO()
+    saved = dict(os.environ)
+    os.environ.update(env or {})
+    try:
+        # A relative store path resolves from the config's directory, as for the gateway.
+        with contextlib.chdir(config.parent), redirect_stdout(out), redirect_stderr(err):
+            code = main(argv)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
 
 
 def create_key(config: Path, *flags: str, env: dict[str, str] | None = None) -> str:
