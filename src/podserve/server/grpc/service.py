@@ -21,6 +21,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -43,10 +44,11 @@ from podserve.core.ids import accept_request_id
 from podserve.dataplane import CallContext, DataPlaneAPI
 from podserve.protocol.v2.vllm_tensors import asks_for_generation
 from podserve.server.errors import status_of
-from podserve.server.grpc import shared_memory, triton
+from podserve.server.grpc import triton
 from podserve.server.grpc._generated import inference_pb2 as pb
 from podserve.server.grpc.codec import decode_infer_request, encode_infer_response
 from podserve.server.grpc.decoupled import generation_replies, mark_final
+from podserve.server.grpc.shared_memory import SharedMemoryRpcs
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +159,7 @@ def _metadata_value(context: Context, key: str) -> str | None:
     return None
 
 
-class InferenceServicer:
+class InferenceServicer(SharedMemoryRpcs):
     """The RPC handlers; `add_GRPCInferenceServiceServicer_to_server` registers them."""
 
     def __init__(self, dataplane: DataPlaneAPI) -> None:
@@ -368,43 +370,8 @@ class InferenceServicer:
             await self._dataplane.unload_model(request.model_name)
             return pb.RepositoryModelUnloadResponse()
 
-    # ------------------------------------------------------------------ shared memory
-
-    async def SystemSharedMemoryStatus(
-        self, request: pb.SystemSharedMemoryStatusRequest, context: Context
-    ) -> pb.SystemSharedMemoryStatusResponse:
-        async with _status_on_error(context, "SystemSharedMemoryStatus"):
-            return shared_memory.system_status(self._dataplane.shared_memory, request)
-
-    async def SystemSharedMemoryRegister(
-        self, request: pb.SystemSharedMemoryRegisterRequest, context: Context
-    ) -> pb.SystemSharedMemoryRegisterResponse:
-        async with _status_on_error(context, "SystemSharedMemoryRegister"):
-            return shared_memory.system_register(self._dataplane.shared_memory, request)
-
-    async def SystemSharedMemoryUnregister(
-        self, request: pb.SystemSharedMemoryUnregisterRequest, context: Context
-    ) -> pb.SystemSharedMemoryUnregisterResponse:
-        async with _status_on_error(context, "SystemSharedMemoryUnregister"):
-            return shared_memory.system_unregister(self._dataplane.shared_memory, request)
-
-    async def CudaSharedMemoryStatus(
-        self, request: pb.CudaSharedMemoryStatusRequest, context: Context
-    ) -> pb.CudaSharedMemoryStatusResponse:
-        async with _status_on_error(context, "CudaSharedMemoryStatus"):
-            return shared_memory.cuda_status(self._dataplane.cuda_shared_memory, request)
-
-    async def CudaSharedMemoryRegister(
-        self, request: pb.CudaSharedMemoryRegisterRequest, context: Context
-    ) -> pb.CudaSharedMemoryRegisterResponse:
-        async with _status_on_error(context, "CudaSharedMemoryRegister"):
-            return shared_memory.cuda_register(self._dataplane.cuda_shared_memory, request)
-
-    async def CudaSharedMemoryUnregister(
-        self, request: pb.CudaSharedMemoryUnregisterRequest, context: Context
-    ) -> pb.CudaSharedMemoryUnregisterResponse:
-        async with _status_on_error(context, "CudaSharedMemoryUnregister"):
-            return shared_memory.cuda_unregister(self._dataplane.cuda_shared_memory, request)
+    def _guard(self, context: Context, method: str) -> AbstractAsyncContextManager[None]:
+        return _status_on_error(context, method)
 
 
 def _check_repository_name(name: str) -> None:
