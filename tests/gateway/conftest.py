@@ -18,14 +18,14 @@ pytest.importorskip("transformers")
 @dataclass
 class Pods:
     a: ServerProcess  # tiny-lm, iris
-    b: ServerProcess  # tiny-lm: a second pool pod, or "the hosted provider"
+    b: ServerProcess  # tiny-lm, minilm: a second pool pod, or "the hosted provider"
 
 
 @pytest.fixture(scope="session")
 def pods() -> Iterator[Pods]:
     a = start_pod(f"tiny-lm={TINY_LM}", f"iris={ROOT / 'examples/models/iris'}")
     try:
-        b = start_pod(f"tiny-lm={TINY_LM}")
+        b = start_pod(f"tiny-lm={TINY_LM}", f"minilm={ROOT / 'examples/models/minilm'}")
     except BaseException:
         a.stop()
         raise
@@ -48,7 +48,8 @@ def base_config(pods: Pods, **overrides: Any) -> dict[str, Any]:
                 "models": ["tiny-lm", "iris"],
                 "endpoints": [pods.a.url],
                 "weight": 100,
-            }
+            },
+            {"name": "embed", "models": ["minilm"], "endpoints": [pods.b.url]},
         ],
         "fallbacks": [
             {
