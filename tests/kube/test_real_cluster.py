@@ -530,6 +530,34 @@ def test_headroom_pods_are_cut_off_and_prepull_only_reaches_out() -> None:
     assert "ingress" not in prepull
 
 
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_auxiliary_pods_tolerate_what_the_serving_pods_tolerate(example: Any) -> None:
+    """Pre-pull and headroom pods exist to warm or hold the serving pods' nodes: on spot
+    serving they need the spot taint's toleration too (found by `podserve simulate`: a GKE
+    spot headroom pod stayed Pending on the untolerated `cloud.google.com/gke-spot` taint)."""
+    manifests = render(load_example(example)).manifests
+    pods = [(m["metadata"]["name"], t["spec"]) for m, t in pod_templates(manifests)]
+    serving = [pod for _, pod in pods if any(c["name"] == "server" for c in pod["containers"])]
+    assert serving
+    wanted = {(t["key"], t.get("value")) for t in serving[0].get("tolerations", [])}
+    for name, pod in pods:
+        if name.endswith(("-headroom", "-prepull")):
+            have = {(t["key"], t.get("value")) for t in pod.get("tolerations", [])}
+            assert wanted <= have, f"{name} lacks {wanted - have}"
+
+
+def test_spot_headroom_tolerates_the_spot_taint() -> None:
+    service = edit(load_example(SPOT), coldStart={"headroomPods": 1})
+    pod = find(render(service).manifests, "Deployment", f"{service.metadata.name}-headroom")
+    tolerations = pod["spec"]["template"]["spec"]["tolerations"]
+    assert {
+        "key": "cloud.google.com/gke-spot",
+        "operator": "Equal",
+        "value": "true",
+        "effect": "NoSchedule",
+    } in tolerations
+
+
 _SKIP = re.compile(r"^(CKV2?_K8S_[0-9]+)=(.{20,})$")
 
 

@@ -9,12 +9,14 @@ from typing import Any
 
 from podserve.config.model_service import ModelService
 from podserve.kube import conventions as c
+from podserve.kube.capacity import spot_pool
 from podserve.kube.plan import Plan
 from podserve.kube.render.checkov import checkov_skips, fetch_lint_ignores, fetch_pod_reasons
 from podserve.kube.render.placement import (
     gpu_affinity,
     gpu_tolerations,
     node_selector,
+    spot_tolerations,
     spread_constraints,
 )
 from podserve.kube.render.pod import (
@@ -45,6 +47,11 @@ def _pause(resources: dict[str, Any]) -> dict[str, Any]:
 
 
 def _placement(service: ModelService) -> dict[str, Any]:
+    """The serving pods' node constraints, so that pre-pull and headroom pods land on the
+    nodes the serving pods will use: on spot serving that includes the spot taint's
+    toleration (GKE taints spot nodes `cloud.google.com/gke-spot=true:NoSchedule` when
+    asked, AKS always `kubernetes.azure.com/scalesetpriority=spot:NoSchedule`), without
+    which a headroom pod would stay Pending and hold nothing."""
     placed: dict[str, Any] = {}
     selector = node_selector(service.spec)
     if selector:
@@ -53,6 +60,8 @@ def _placement(service: ModelService) -> dict[str, Any]:
     if required:
         placed["affinity"] = {"nodeAffinity": required}
     tolerations = gpu_tolerations(service.spec)
+    if service.spec.capacity.serving.value == "spot":
+        tolerations += spot_tolerations(spot_pool(service.spec.capacity.provider))
     if tolerations:
         placed["tolerations"] = tolerations
     return placed
