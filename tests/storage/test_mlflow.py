@@ -31,6 +31,7 @@ from podserve.storage import (
     InvalidModelURI,
     ModelNotFoundAtSource,
     Scheme,
+    SourceAccessDenied,
     SourceOptions,
     fetch_model,
     parse_model_uri,
@@ -330,7 +331,10 @@ def test_an_unsupported_flavor_is_named_in_the_error(tmp_path: Path) -> None:
         "  pytorch: {model_data: data, pytorch_version: 2.3.0}\n"
     )
     provisional = ModelConfig(name="m", runtime="auto", source_uri="models:/m/1")
-    with pytest.raises(ModelLoadFailed, match=r"flavor\(s\) python_function, pytorch; podserve serves the sklearn and onnx"):
+    with pytest.raises(
+        ModelLoadFailed,
+        match=r"flavor\(s\) python_function, pytorch; podserve serves the sklearn and onnx",
+    ):
         resolve_fetched(provisional, tmp_path)
 
 
@@ -378,3 +382,41 @@ def test_serve_loads_registry_and_run_uris_and_answers(registry: Registry, tmp_p
             labels = next(o for o in answer["outputs"] if o["datatype"].startswith("INT"))
             # the ONNX model is version 1 (column 0): row 0 -> 1, row 1 -> 0
             assert labels["data"] == [1, 0]
+
+
+def test_the_token_is_sent_as_a_bearer_and_a_refusal_says_so(tmp_path: Path) -> None:
+    """A stand-in tracking server that refuses everyone (the real one runs without auth
+    here) records what podserve sends."""
+    import http.server
+    import threading
+
+    seen: list[str | None] = []
+
+    class Refuse(http.server.BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("Authorization"))
+            body = b'{"error_code": "UNAUTHENTICATED", "message": "bad token"}'
+            self.send_response(401)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        options = SourceOptions(mlflow_tracking_uri=url, mlflow_token="s3cret")
+        with pytest.raises(SourceAccessDenied, match="MLFLOW_TRACKING_TOKEN"):
+            fetch_model("models:/iris@champion", cache_dir=tmp_path, sources=options)
+        basic = SourceOptions(mlflow_tracking_uri=url.replace("//", "//user:pw@"))
+        with pytest.raises(SourceAccessDenied):
+            fetch_model("models:/iris/1", cache_dir=tmp_path, sources=basic)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+    assert seen == ["Bearer s3cret", "Basic dXNlcjpwdw=="]
