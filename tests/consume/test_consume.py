@@ -159,10 +159,11 @@ async def test_an_entry_failing_max_times_is_dead_lettered_with_its_error(
         results = by_id(await h.results(2))
         assert results["good"][b"status"] == b"200"
         assert results["bad"][b"status"] == b"500"
-        assert h.metrics.failed.labels("double")._value.get() == 2
-        assert h.metrics.dead_lettered.labels("double")._value.get() == 1
         assert (await h.client.xpending(h.names.requests, h.names.group))["pending"] == 0
         assert await h.client.hlen(h.names.failures) == 0
+    # Counted once the consumer's own tasks are done (leaving `consuming` awaited them).
+    assert h.metrics.failed.labels("double")._value.get() == 2
+    assert h.metrics.dead_lettered.labels("double")._value.get() == 1
 
 
 async def test_entries_a_dead_consumer_left_pending_are_claimed_and_answered_once(
@@ -244,6 +245,13 @@ async def test_metrics_report_lag_pending_processed_and_latency(
                     h.names.requests, {"id": f"m{i}", "model": "double", "body": v2_body([1, 2, 3])}
                 )
             await h.results(10)
+            # The result is in Redis a moment before the consumer counts it.
+            processed = h.metrics.processed.labels("double", "200")
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 10
+            while processed._value.get() < 10:
+                assert loop.time() < deadline, "processed_total never reached 10"
+                await asyncio.sleep(0.01)
             async with httpx.AsyncClient() as http:
                 text = (await http.get(f"http://127.0.0.1:{listener.port}/metrics")).text
                 missing = await http.get(f"http://127.0.0.1:{listener.port}/nope")
