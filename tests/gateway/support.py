@@ -240,9 +240,9 @@ def _with_store(config_path: Path, work: Any) -> Any:
     async def run() -> Any:
         store = open_store(config, os.environ)
         setup = getattr(store, "setup", None)
-        if setup is not None:
-            await setup()
         try:
+            if setup is not None:
+                await setup()
             return await work(store)
         finally:
             await store.close()

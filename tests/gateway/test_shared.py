@@ -78,9 +78,17 @@ def test_budget_is_shared_and_the_ledger_lands_in_postgres(
     key, _ = make_key(replicas[0].config_path, team="shared", budget_micro=100)
     codes = asyncio.run(_fire(replicas, key, 12))
     assert codes.count(200) == 4  # 4 holds of 23 fit in 100 micro-dollars, across replicas
-    done = replicas[1].cli("spend", "--by", "team", "--format", "json")
-    assert done.returncode == 0, done.stderr
-    row = next(r for r in json.loads(done.stdout) if r["team"] == "shared")
+
+    def shared() -> dict[str, Any] | None:
+        done = replicas[1].cli("spend", "--by", "team", "--format", "json")
+        assert done.returncode == 0, done.stderr
+        rows = [r for r in json.loads(done.stdout) if r["team"] == "shared"]
+        return rows[0] if rows else None
+
+    # Settlements land just after each response is sent.
+    wait_until(lambda: (shared() or {}).get("requests", 0) >= 4, timeout_s=20, what="ledger")
+    row = shared()
+    assert row is not None
     assert row["requests"] >= 4
     assert row["completion_tokens"] == 40
     assert row["spend_usd"] == pytest.approx(4 * 23e-6)

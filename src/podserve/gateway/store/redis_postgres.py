@@ -68,6 +68,10 @@ _BATCH = 500
 _REDIS_ERRORS = (redis.exceptions.RedisError, OSError)
 
 
+class _Rebuilding(StoreUnavailable):
+    """Another replica holds the bootstrap lock: fail closed for now, or wait (setup)."""
+
+
 class RedisPostgresStore:
     def __init__(self, redis_url: str, postgres_dsn: str, timeout_s: float = 0.05) -> None:
         # Short socket timeouts: a store that does not answer must fail the request closed
@@ -108,10 +112,19 @@ class RedisPostgresStore:
                 await conn.close()
                 raise StoreUnavailable(f"postgres: {exc}") from exc
 
-    async def setup(self) -> None:
-        """Create the tables, and rebuild Redis's committed counters if Redis is empty."""
+    async def setup(self, wait_s: float = 15.0) -> None:
+        """Create the tables, and rebuild Redis's committed counters if Redis is empty
+        (or wait for the replica that is doing it)."""
         await self._sql(_SCHEMA)
-        await self._bootstrap()
+        deadline = asyncio.get_running_loop().time() + wait_s
+        while True:
+            try:
+                await self._bootstrap()
+                return
+            except _Rebuilding:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+                await asyncio.sleep(0.05)  # polling another process's progress
 
     async def _bootstrap(self) -> None:
         try:
@@ -119,7 +132,7 @@ class RedisPostgresStore:
                 return
             # One replica rebuilds; the others fail closed until it is done.
             if not await self._redis.set("gw:bootstrap", self._writer_id, nx=True, px=10_000):
-                raise StoreUnavailable("another replica is rebuilding the budget counters")
+                raise _Rebuilding("another replica is rebuilding the budget counters")
             await self.drain_ledger()
             rows = await self._sql(
                 "SELECT 'key:' || key_id, SUM(cost_micro) FROM gateway_ledger GROUP BY key_id "
