@@ -308,3 +308,54 @@ async def test_openai_embeddings_entries_answer_like_v1_embeddings(
     assert [d["index"] for d in answer["data"]] == [0, 1]
     assert len(answer["data"][0]["embedding"]) == 384
     assert answer["usage"]["prompt_tokens"] > 0
+
+
+async def test_openai_completion_and_chat_entries_answer_like_the_http_edge(
+    redis_url: str, tmp_path: Path
+) -> None:
+    root = tmp_path / "models"
+    shutil.copytree(EXAMPLES / "tiny-lm", root / "tiny-lm")
+    async with consuming(redis_url, root, tmp_path / "cache", FAST) as h:
+        add = h.client.xadd
+        completion = {"model": "tiny-lm", "prompt": "def add(a, b):", "max_tokens": 8, "seed": 1}
+        chat = {
+            "model": "tiny-lm",
+            "messages": [{"role": "user", "content": "Return"}],
+            "max_tokens": 4,
+            "n": 2,
+        }
+        await add(
+            h.names.requests,
+            {
+                "id": "c",
+                "model": "tiny-lm",
+                "body": orjson.dumps(completion),
+                "api": "openai.completions",
+            },
+        )
+        await add(
+            h.names.requests,
+            {"id": "chat", "model": "tiny-lm", "body": orjson.dumps(chat), "api": "openai.chat"},
+        )
+        streamed = {**completion, "stream": True}
+        await add(
+            h.names.requests,
+            {
+                "id": "s",
+                "model": "tiny-lm",
+                "body": orjson.dumps(streamed),
+                "api": "openai.completions",
+            },
+        )
+        results = by_id(await h.results(3, timeout_s=120))
+    assert results["c"][b"status"] == b"200", results["c"][b"body"]
+    body = orjson.loads(results["c"][b"body"])
+    assert body["object"] == "text_completion"
+    assert body["choices"][0]["finish_reason"] in ("stop", "length")
+    assert 0 < body["usage"]["completion_tokens"] <= 8
+    answer = orjson.loads(results["chat"][b"body"])
+    assert answer["object"] == "chat.completion"
+    assert [c["index"] for c in answer["choices"]] == [0, 1]
+    assert answer["choices"][0]["message"]["role"] == "assistant"
+    assert results["s"][b"status"] == b"400"
+    assert b"stream" in results["s"][b"body"]

@@ -1,9 +1,10 @@
 """`podserve consume`: run inference requests from a Redis stream, write results to another.
 
 Each request is one stream entry with the fields `id`, `model`, `body` (an OIP v2
-inference request as JSON) and optionally `api` (`openai.embeddings` for an OpenAI
-embeddings body); each result is one entry on the results stream with `id`, `status` and
-`body`. See docs/async.md for the contract, delivery guarantees and a producer example.
+inference request as JSON) and optionally `api` (`openai.embeddings`, `openai.completions`
+or `openai.chat` for an OpenAI body); each result is one entry on the results stream
+with `id`, `status` and `body`. See docs/async.md for the contract, delivery guarantees
+and a producer example.
 
 Models and their limits are given as to `podserve serve` (`--model`, `--model-repository`,
 and every PODSERVE_* variable). The Redis password may come from REDIS_PASSWORD instead of

@@ -4,8 +4,8 @@ Request entry (XADD <stream> * id <request id> model <name> body <json> [api <ap
     id      the caller's request id; results are keyed by it (one result per id)
     model   the served model's name (`name` or `name/version`)
     body    the request as JSON: an Open Inference Protocol v2 inference request, or an
-            OpenAI embeddings body when `api` is `openai.embeddings`
-    api     `v2` (default) | `openai.embeddings`
+            OpenAI body (embeddings, completions, chat completions) as `api` says
+    api     `v2` (default) | `openai.embeddings` | `openai.completions` | `openai.chat`
 
 Result entry (on the results stream):
     id      the request's id
@@ -32,6 +32,8 @@ FIELD_STATUS = "status"
 class Api(enum.StrEnum):
     V2 = "v2"
     OPENAI_EMBEDDINGS = "openai.embeddings"
+    OPENAI_COMPLETIONS = "openai.completions"
+    OPENAI_CHAT = "openai.chat"
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ import logging
 import orjson
 
 from podserve.consume.contract import Api, Result, StreamEntry
+from podserve.consume.generation import completion
 from podserve.core.errors import (
     Cancelled,
     DeadlineExceeded,
@@ -72,6 +73,9 @@ async def process(dataplane: DataPlaneAPI, entry: StreamEntry) -> Result:
     try:
         if entry.api is Api.OPENAI_EMBEDDINGS:
             body = await _embeddings(dataplane, entry, call)
+        elif entry.api in (Api.OPENAI_COMPLETIONS, Api.OPENAI_CHAT):
+            chat = entry.api is Api.OPENAI_CHAT
+            body = await completion(dataplane, entry.model, entry.body, call, chat=chat)
         else:
             body = await _v2(dataplane, entry, call)
     except PodserveError as exc:
