@@ -48,6 +48,8 @@ class InferRequest(BaseModel):
 def _load(model_dir: Path) -> tuple[str, Any]:
     config = yaml.safe_load((model_dir / "model.yaml").read_text())
     name = config.get("name", model_dir.name)
+    if config.get("runtime") == "embedding":
+        return name, _load_encoder(config)
     artifact = model_dir / config["artifact"]
     method = config.get("parameters", {}).get("method", "predict")
     if artifact.suffix == ".onnx":
@@ -78,6 +80,38 @@ def _load(model_dir: Path) -> tuple[str, Any]:
     return name, run_sklearn
 
 
+def _load_encoder(config: dict[str, Any]) -> Any:
+    """A sentence encoder as a user would hand-roll it from the model card: tokenise,
+    encode, mean-pool over the mask, L2-normalise (what sentence-transformers does)."""
+    import importlib
+
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    package = importlib.import_module(config["parameters"]["package"])
+    getter = getattr(package, "get_model_path", None)
+    directory = str(getter() if callable(getter) else package.MODEL_DIR)
+    tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+    encoder = AutoModel.from_pretrained(directory, local_files_only=True).eval()
+
+    def run_encoder(texts: np.ndarray[Any, Any]) -> dict[str, np.ndarray[Any, Any]]:
+        encoded = tokenizer(
+            [str(t) for t in texts.ravel()],
+            padding=True,
+            truncation=True,
+            max_length=256,
+            return_tensors="pt",
+        )
+        with torch.inference_mode():
+            hidden = encoder(**encoded).last_hidden_state
+            mask = encoded["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+            pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
+        return {"embedding": pooled.numpy()}
+
+    return run_encoder
+
+
 MODEL_NAME, MODEL = _load(Path(os.environ.get("BASELINE_MODEL_DIR", "examples/models/iris")))
 app = FastAPI()
 
@@ -92,7 +126,8 @@ def infer(name: str, request: InferRequest) -> dict[str, Any]:
     if name != MODEL_NAME:
         raise HTTPException(404, f"unknown model {name!r}")
     tensor = request.inputs[0]
-    x = np.asarray(tensor.data, dtype=_DTYPES[tensor.datatype]).reshape(tensor.shape)
+    dtype = object if tensor.datatype == "BYTES" else _DTYPES[tensor.datatype]
+    x = np.asarray(tensor.data, dtype=dtype).reshape(tensor.shape)
     outputs = MODEL(x)
     return {
         "model_name": name,

@@ -68,6 +68,24 @@ class ServerProcess:
             process.kill()
             process.wait()
 
+    @property
+    def pid(self) -> int:
+        assert self._process is not None
+        return self._process.pid
+
+    def sigterm_exit_s(self, timeout_s: float = 30.0) -> float:
+        """SIGTERM the server and return the seconds until the process has exited."""
+        process, self._process = self._process, None
+        assert process is not None
+        start = time.monotonic()
+        process.terminate()
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        return time.monotonic() - start
+
     def _wait_ready(self) -> None:
         # Polling is how Kubernetes waits too: a readiness probe until it answers 200.
         url = f"http://127.0.0.1:{self.port}{self.ready_path}"
