@@ -379,6 +379,16 @@ async def test_stream_answers_in_completion_order_and_leaving_disconnects(
     assert fake.endpoints[0] == STREAM_INFER_ENDPOINT
     responses.cancel()  # the client leaves with "slow" still running
     await asyncio.wait_for(fake.disconnect_seen.wait(), timeout=10)
+    # every streamed request is counted, by the status REST would give it
+    for _ in range(1000):
+        if len(fake.recorded) == 3:
+            break
+        await asyncio.sleep(0)
+    assert sorted(fake.recorded) == [
+        ("double", STREAM_INFER_ENDPOINT, "200"),
+        ("nope", STREAM_INFER_ENDPOINT, "404"),
+        ("wait", STREAM_INFER_ENDPOINT, "499"),
+    ]
 
 
 async def test_model_config_and_statistics(client: Client, fake: FakeDataPlane) -> None:

@@ -263,7 +263,19 @@ class InferenceServicer(SharedMemoryRpcs):
         stream_request_id = _metadata_value(context, "x-request-id")
 
         async def answer(request: pb.ModelInferRequest) -> None:
+            started, code = time.perf_counter(), "499"  # 499 unless it ends below
+            try:
+                code = _code(await answer_one(request))
+            finally:
+                elapsed = time.perf_counter() - started
+                self._dataplane.record_request(
+                    request.model_name, STREAM_INFER_ENDPOINT, code, elapsed
+                )
+
+        async def answer_one(request: pb.ModelInferRequest) -> Exception | None:
+            """Answer one request on the stream; return the failure it answered with."""
             request_id = accept_request_id(request.id or stream_request_id)
+            failure: Exception | None = None
             try:
                 infer_request = decode_infer_request(
                     request, request_id=request_id, shared_memory=self._dataplane.shared_memory
@@ -274,12 +286,13 @@ class InferenceServicer(SharedMemoryRpcs):
                 ):
                     async for partial in generation_replies(self._dataplane, infer_request, call):
                         answers.put_nowait(partial)
-                    return
+                    return None
                 response = await self._dataplane.infer(infer_request, call)
                 reply = pb.ModelStreamInferResponse(
                     infer_response=encode_infer_response(response, request_id=request_id)
                 )
             except Exception as exc:  # one request's failure is its own answer
+                failure = exc
                 if not isinstance(exc, PodserveError):
                     logger.exception("unexpected error in a ModelStreamInfer request")
                 reply = pb.ModelStreamInferResponse(
@@ -291,6 +304,7 @@ class InferenceServicer(SharedMemoryRpcs):
                     ),
                 )
             answers.put_nowait(mark_final(reply, True))
+            return failure
 
         async def read_requests() -> None:
             try:
