@@ -359,3 +359,20 @@ async def test_openai_completion_and_chat_entries_answer_like_the_http_edge(
     assert answer["choices"][0]["message"]["role"] == "assistant"
     assert results["s"][b"status"] == b"400"
     assert b"stream" in results["s"][b"body"]
+
+
+async def test_entries_in_flight_longer_than_the_idle_timeout_are_not_claimed(
+    redis_url: str, repository: Path, tmp_path: Path
+) -> None:
+    """A model slower than --claim-idle-ms: the consumer keeps its entries' idle time
+    fresh (XCLAIM JUSTID to itself), so nobody claims and re-runs them."""
+    write_model(repository, "slower", parameters={"delay_s": 1.5}, batching={"max_batch_size": 4})
+    policy = ConsumerPolicy(read_count=4, max_inflight=8, block_ms=50, claim_idle_ms=600)
+    async with consuming(redis_url, repository, tmp_path / "cache", policy) as h:
+        for i in range(4):
+            body = v2_body([i, i, i])
+            await h.client.xadd(h.names.requests, {"id": f"s{i}", "model": "slower", "body": body})
+        results = await h.results(4)
+    assert sorted(r[b"id"] for r in results) == [b"s0", b"s1", b"s2", b"s3"]
+    assert h.metrics.claimed._value.get() == 0
+    assert h.metrics.duplicates._value.get() == 0

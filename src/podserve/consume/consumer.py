@@ -14,6 +14,7 @@ by this consumer or another, until `max_failures`, when it goes to the dead-lett
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -38,7 +39,9 @@ class ConsumerPolicy:
     read_count: int = 8  # entries asked for per XREADGROUP
     max_inflight: int = 16  # entries processed at once
     block_ms: int = 1000  # longest XREADGROUP wait: also the longest reaction to SIGTERM
-    claim_idle_ms: int = 30_000  # a pending entry idle this long is claimed
+    # A pending entry idle this long is claimed; entries in flight are touched every half
+    # of it (plus up to one block_ms), so keep it well above 2 * block_ms.
+    claim_idle_ms: int = 30_000
     max_failures: int = 3  # 0: never dead-letter (retry for ever; lint warns)
     state_interval_s: float = 1.0  # lag/pending gauges refresh
 
@@ -71,7 +74,7 @@ class Consumer:
         self._metrics = metrics
         self._clock = clock
         self._stopping = asyncio.Event()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], StreamEntry] = {}
         self._writer = ResultWriter(streams)
 
     @property
@@ -99,20 +102,26 @@ class Consumer:
                 await self._refresh_state()
                 next_state_s = now + policy.state_interval_s
             free = policy.max_inflight - len(self._tasks)
-            if free <= 0:
-                await asyncio.wait(
-                    self._tasks, timeout=policy.block_ms / 1000, return_when="FIRST_COMPLETED"
-                )
-                continue
             try:
                 if now >= next_claim_s:
-                    claimed = await self._streams.claim_idle(policy.claim_idle_ms, free)
                     next_claim_s = now + policy.claim_interval_s
+                    # Our own entries in flight are not idle, however long their model
+                    # takes: reset their idle time so no consumer (this one included)
+                    # claims and runs them a second time.
+                    await self._streams.touch([e.entry_id for e in self._tasks.values()])
+                    claimed = []
+                    if free > 0:
+                        claimed = await self._streams.claim_idle(policy.claim_idle_ms, free)
                     if claimed:
                         self._metrics.claimed.inc(len(claimed))
                         log.info("claimed idle entries", extra={"entries": len(claimed)})
                         self._start(claimed)
                         continue
+                if free <= 0:
+                    await asyncio.wait(
+                        self._tasks, timeout=policy.block_ms / 1000, return_when="FIRST_COMPLETED"
+                    )
+                    continue
                 entries = await self._streams.read_new(
                     min(policy.read_count, free), policy.block_ms
                 )
@@ -127,17 +136,24 @@ class Consumer:
             log.info(
                 "stopped reading; finishing claimed entries", extra={"inflight": len(self._tasks)}
             )
-            await asyncio.wait(self._tasks)
+        while self._tasks:
+            await asyncio.wait(self._tasks, timeout=policy.claim_interval_s)
+            if self._tasks:  # still ours while they finish: keep them from being claimed
+                with contextlib.suppress(RedisError):
+                    await self._streams.touch([e.entry_id for e in self._tasks.values()])
 
     def _start(self, entries: list[StreamEntry]) -> None:
+        running = {e.entry_id for e in self._tasks.values()}
         for entry in entries:
+            if entry.entry_id in running:
+                continue  # claimed back while it runs here: it will be answered once
             task = asyncio.ensure_future(self._handle(entry))
-            self._tasks.add(task)
+            self._tasks[task] = entry
             self._metrics.inflight.set(len(self._tasks))
             task.add_done_callback(self._finished)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
+        self._tasks.pop(task, None)
         self._metrics.inflight.set(len(self._tasks))
 
     async def _handle(self, entry: StreamEntry) -> None:

@@ -142,6 +142,19 @@ class RedisStreams:
         self._claim_cursor = cursor.decode() if isinstance(cursor, bytes) else str(cursor)
         return _parse_items(items)
 
+    async def touch(self, entry_ids: Sequence[str]) -> None:
+        """Reset the idle time of entries this consumer is still working on (XCLAIM to
+        itself with min-idle 0 and JUSTID, which leaves the delivery count alone)."""
+        if entry_ids:
+            await self._redis.xclaim(
+                self.names.requests,
+                self.names.group,
+                self.names.consumer,
+                0,
+                list(entry_ids),
+                justid=True,
+            )
+
     async def write_result(self, entry: StreamEntry, result: Result) -> bool:
         """XADD the result unless one was written for this request id, and XACK the entry,
         atomically. False: a result existed already (a re-run after a crash)."""
