@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from tests.gateway.conftest import Pods, base_config
-from tests.gateway.support import GatewayProcess, free_port, make_key
+from tests.gateway.support import GatewayProcess, free_port, make_key, spend_by
+from tests.support.server import wait_until
 
 BODY = {"model": "tiny-lm", "prompt": "The function returns", "max_tokens": 2}
 
@@ -89,6 +90,63 @@ def test_pool_down_falls_back_to_the_hosted_upstream(pods: Pods, tmp_path: Path)
         key, _ = make_key(gateway.config_path)
         seen = _upstreams(gateway, key, 3)
     assert seen == [(200, "hosted")] * 3
+
+
+class _Hosted(BaseHTTPRequestHandler):
+    """Records what a hosted provider is sent: the path and the Authorization header.
+    (The fallback test above uses a real podserve as the provider; podserve ignores API
+    keys, so this one checks the key reaches the provider.)"""
+
+    seen: list[tuple[str, str]] = []
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length", "0")))
+        self.seen.append((self.path, self.headers.get("authorization", "")))
+        body = (
+            b'{"id":"x","object":"text_completion","created":0,"model":"tiny-lm",'
+            b'"choices":[{"index":0,"text":"hi","finish_reason":"stop","logprobs":null}],'
+            b'"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}'
+        )
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_the_hosted_key_comes_from_the_env(pods: Pods, tmp_path: Path) -> None:
+    hosted = ThreadingHTTPServer(("127.0.0.1", 0), _Hosted)
+    threading.Thread(target=hosted.serve_forever, daemon=True).start()
+    dead = f"http://127.0.0.1:{free_port()}"
+    config = base_config(
+        pods,
+        pools=[{"name": "chat", "models": ["tiny-lm"], "endpoints": [dead]}],
+        fallbacks=[
+            {
+                "name": "hosted",
+                "baseUrl": f"http://127.0.0.1:{hosted.server_address[1]}/v1",
+                "apiKeyEnv": "HOSTED_API_KEY",
+                "models": ["tiny-lm"],
+            }
+        ],
+    )
+    try:
+        with GatewayProcess(config, tmp_path, env={"HOSTED_API_KEY": "sk-from-env"}) as gateway:
+            key, key_id = make_key(gateway.config_path)
+            seen = _upstreams(gateway, key, 1)
+            wait_until(
+                lambda: key_id in spend_by(gateway.config_path, "key"), timeout_s=10, what="settled"
+            )
+            row = spend_by(gateway.config_path, "key")[key_id]
+    finally:
+        hosted.shutdown()
+        hosted.server_close()
+    assert seen == [(200, "hosted")]
+    assert _Hosted.seen == [("/v1/completions", "Bearer sk-from-env")]
+    assert (row.prompt_tokens, row.completion_tokens, row.cost_micro) == (3, 1, 5)
 
 
 def test_retries_on_503_stay_within_the_budget(pods: Pods, overloaded: str, tmp_path: Path) -> None:
