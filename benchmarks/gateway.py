@@ -35,6 +35,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -779,22 +780,33 @@ def phase_retries(work: Path, requests: int) -> dict[str, Any]:
                     http.post(
                         "/v2/models/iris/infer", content=harness.iris_body(1), headers=headers
                     )
-                redis_proc.terminate()  # the store goes away
+
+                def measure() -> dict[str, Any]:
+                    samples, refused = [], 0
+                    for _ in range(50):
+                        started = time.perf_counter()
+                        reply = http.post(
+                            "/v2/models/iris/infer",
+                            content=harness.iris_body(1),
+                            headers=headers,
+                        )
+                        samples.append(time.perf_counter() - started)
+                        refused += reply.status_code == 503 and "retry-after" in reply.headers
+                    return {
+                        "requests": 50,
+                        "503_with_retry_after": refused,
+                        "p50_ms": pct(samples, 50),
+                        "max_ms": round(max(samples) * 1000, 2),
+                    }
+
+                # A hung store (the process stopped: connections open, no answers), then a
+                # dead one (connections refused).
+                redis_proc.send_signal(signal.SIGSTOP)
+                result["store_hung"] = measure()
+                redis_proc.send_signal(signal.SIGCONT)
+                redis_proc.terminate()
                 redis_proc.wait()
-                samples, refused = [], 0
-                for _ in range(50):
-                    started = time.perf_counter()
-                    reply = http.post(
-                        "/v2/models/iris/infer", content=harness.iris_body(1), headers=headers
-                    )
-                    samples.append(time.perf_counter() - started)
-                    refused += reply.status_code == 503 and "retry-after" in reply.headers
-                result["store_down"] = {
-                    "requests": 50,
-                    "503_with_retry_after": refused,
-                    "p50_ms": pct(samples, 50),
-                    "max_ms": round(max(samples) * 1000, 2),
-                }
+                result["store_down"] = measure()
         finally:
             gw.stop()
     p.stop()
@@ -822,7 +834,7 @@ def main() -> int:
             elif phase == "budget":
                 report[phase] = phase_budget(work, args.budget_usd, args.budget_attempts)
             elif phase == "limits":
-                report[phase] = phase_limits(work, args.seconds * 2, rpm=60, tpm=1500)
+                report[phase] = phase_limits(work, args.seconds * 2, rpm=60, tpm=800)
             elif phase == "canary":
                 report[phase] = phase_canary(work, args.canary_requests)
             elif phase == "routing":

@@ -177,7 +177,7 @@ class GatewayConfig(_Section):
     routing: Routing = Field(default_factory=lambda: Routing())
     fail_open: FailOpen = Field(default_factory=lambda: FailOpen())
     store_timeout_ms: int = Field(
-        45,
+        40,
         ge=1,
         description="A store call slower than this fails closed (503): with the default, a "
         "hung store is answered within 50 ms; a refused connection fails at once.",
