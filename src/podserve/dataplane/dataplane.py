@@ -43,6 +43,7 @@ from podserve.core.tensors import InferRequest, InferResponse
 from podserve.core.triton import ModelConfigView, ModelStatistics
 from podserve.dataplane import triton
 from podserve.dataplane.deadlines import deadline_s
+from podserve.dataplane.rows import check_rows
 from podserve.dataplane.streams import GenerationStream
 from podserve.dataplane.types import (
     CallContext,
@@ -168,6 +169,7 @@ class DataPlane:
         model = request.model_name
         self._refuse_if_draining(model)
         entry = self._repository.entry(model, request.model_version)
+        check_rows(request)
         deadline = deadline_s(
             now_s=self._clock.now_s(),
             parameters=request.parameters,

@@ -5,14 +5,21 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# torch.Generator.manual_seed's domain: the engine seeds a request's generator with it.
+SEED_MIN = -(2**63)
+SEED_MAX = 2**64 - 1
+
 
 class SamplingFields(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    # strict: a JSON string is not a boolean or a number ("stream": "yes" and
+    # "temperature": "0.5" are client mistakes to name, not to coerce); integers are
+    # still accepted for float fields, as JSON does not tell 1 from 1.0.
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     temperature: float = Field(1.0, ge=0, le=2)
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0)  # an extension vLLM also accepts
-    seed: int | None = None
+    seed: int | None = Field(None, ge=SEED_MIN, le=SEED_MAX)
     stop: str | list[str] | None = None
     ignore_eos: bool = False  # vLLM's extension, used by benchmarks
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from podserve.core.errors import InvalidInput
 from podserve.protocol.json_body import parse_body
+from podserve.protocol.openai.ranges import check_penalty
 from podserve.protocol.sampling import SamplingFields
 
 FinishReason = Literal["stop", "length"]
@@ -42,7 +43,7 @@ class LogprobEntry:
 
 
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
     include_usage: bool = False
 
 
@@ -52,6 +53,10 @@ class _Sampling(SamplingFields):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = Field(1, ge=1, le=MAX_CHOICES)
+    # OpenAI's fields the engine does not apply: range-checked, then refused unless 0
+    # (protocol/openai/ranges.py).
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
 
     def stop_strings(self) -> tuple[str, ...]:
         stops = super().stop_strings()
@@ -87,7 +92,7 @@ class CompletionRequest(_Sampling):
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
     role: Literal["system", "user", "assistant", "developer", "tool"]
     content: str | list[dict[str, Any]] | None = None
 
@@ -135,6 +140,8 @@ Request = TypeVar("Request", bound=_Sampling)
 
 def decode_request(body: bytes, schema: type[Request]) -> Request:
     parsed = parse_body(body, schema)
+    check_penalty("presence_penalty", parsed.presence_penalty)
+    check_penalty("frequency_penalty", parsed.frequency_penalty)
     parsed.check_supported()
     return parsed
 

@@ -19,7 +19,7 @@ MAX_INPUTS = 2048
 
 
 class EmbeddingRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
 
     model: str
     input: str | list[str] | list[int] | list[list[int]]

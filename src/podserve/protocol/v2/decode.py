@@ -31,13 +31,12 @@ from podserve.core.errors import InvalidInput
 from podserve.core.tensors import Datatype, InferRequest, RequestedOutput, Tensor
 from podserve.protocol.v2.json_data import array_from_json, json_type
 from podserve.protocol.v2.raw import decode_tensor
+from podserve.protocol.v2.shape import check_shape
 from podserve.protocol.v2.shared_memory import check_outputs, read_input
 from podserve.shm import SystemSharedMemory, region_ref, without_references
 
 INFERENCE_HEADER_CONTENT_LENGTH = "Inference-Header-Content-Length"
 
-# numpy's limit on dimensions; checking it here gives a message instead of a numpy error.
-_MAX_DIMS = 64
 _DATATYPES: dict[str, Datatype] = {d.value: d for d in Datatype}
 
 
@@ -46,7 +45,8 @@ def parse_header_length(value: str | None) -> int | None:
     if value is None:
         return None
     text = value.strip()
-    if not text.isdigit():
+    # isdigit() alone accepts Unicode digits such as "²", which int() then refuses.
+    if not (text.isascii() and text.isdigit()):
         raise InvalidInput(
             f"{INFERENCE_HEADER_CONTENT_LENGTH} must be a non-negative integer, got {value!r}"
         )
@@ -85,8 +85,13 @@ def decode_infer_request(
         raise InvalidInput(f"'inputs' must be an array, got {json_type(raw_inputs)}")
     inputs: list[Tensor] = []
     names: set[str] = set()
+    # JSON booleans in numeric data are refused (True is 1 to numpy); finding one costs a
+    # look at every element, which a body that never spells true or false can skip.
+    bools = b"true" in body or b"false" in body
     for index, item in enumerate(raw_inputs):
-        tensor, offset = _decode_input(index, item, view, offset, header_length, shared_memory)
+        tensor, offset = _decode_input(
+            index, item, view, offset, header_length, shared_memory, bools
+        )
         if tensor.name in names:
             raise InvalidInput(f"input {tensor.name!r} is given more than once")
         names.add(tensor.name)
@@ -145,6 +150,7 @@ def _decode_input(
     offset: int,
     header_length: int | None,
     shared_memory: SystemSharedMemory | None,
+    bools: bool = True,
 ) -> tuple[Tensor, int]:
     """One input tensor, and the offset of the next binary chunk."""
     if type(item) is not dict:
@@ -183,7 +189,7 @@ def _decode_input(
                 f"input {name!r}: has neither 'data', parameters.binary_data_size nor "
                 "parameters.shared_memory_region"
             )
-        data = array_from_json(name, datatype, shape, item["data"])
+        data = array_from_json(name, datatype, shape, item["data"], may_hold_bools=bools)
         return Tensor(name, datatype, data, parameters), offset
 
     if "data" in item:
@@ -224,11 +230,7 @@ def _shape(name: str, shape: object) -> tuple[int, ...]:
                 f"input {name!r}: 'shape' must be an array of non-negative integers, "
                 f"got {orjson.dumps(shape).decode()}"
             )
-    if len(shape) > _MAX_DIMS:
-        raise InvalidInput(
-            f"input {name!r}: 'shape' has {len(shape)} dimensions, at most {_MAX_DIMS} allowed"
-        )
-    return tuple(shape)
+    return check_shape(name, tuple(shape))
 
 
 def _parameters(value: object, where: str) -> dict[str, Any]:

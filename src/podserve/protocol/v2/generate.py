@@ -24,7 +24,7 @@ class GenerateParameters(SamplingFields):
 
 
 class GenerateRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     text_input: str
     parameters: GenerateParameters = Field(default_factory=GenerateParameters)

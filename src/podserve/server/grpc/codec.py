@@ -37,6 +37,7 @@ from podserve.core.tensors import (
     Tensor,
 )
 from podserve.protocol.v2.raw import decode_tensor, encode_tensor
+from podserve.protocol.v2.shape import check_shape
 from podserve.protocol.v2.shared_memory import check_outputs, in_shared_memory, read_input
 from podserve.server.grpc._generated import inference_pb2 as pb
 from podserve.shm import RegionRef, SystemSharedMemory, region_ref, without_references
@@ -173,7 +174,7 @@ def _shape_of(dims: Iterable[int], name: str) -> tuple[int, ...]:
     shape = tuple(int(d) for d in dims)
     if any(d < 0 for d in shape):
         raise InvalidInput(f"input {name!r}: shape {list(shape)} has a negative dimension")
-    return shape
+    return check_shape(name, shape)
 
 
 def decode_infer_request(
