@@ -242,3 +242,11 @@ def test_round_robin_ignores_load() -> None:
     ]
     # Alternating (the canary's picks rank this pool as overflow and move it along too).
     assert abs(stable.count("http://a") - stable.count("http://b")) <= 2
+
+
+def test_relay_passes_on_what_is_not_an_event_stream() -> None:
+    relay = EventRelay(keep_usage_chunk=False)
+    blob = b"x" * (1 << 20)
+    assert relay.feed(blob) == b""
+    assert relay.feed(b"y") == blob + b"y"  # past 1 MiB without an event end: passed on
+    assert relay.tally.usage is None

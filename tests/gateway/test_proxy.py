@@ -22,7 +22,7 @@ HOSTED_ENV = {"HOSTED_API_KEY": "sk-hosted-test"}
 @pytest.fixture(scope="module")
 def gateway(pods: Pods, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     workdir = tmp_path_factory.mktemp("gw-proxy")
-    config = base_config(pods, namespaces={"team-a": {"budgetUsd": 100}})
+    config = base_config(pods, namespaces={"team-a": {"budgetUsd": 100}}, maxBodyBytes=65536)
     with GatewayProcess(config, workdir, env=HOSTED_ENV) as process:
         yield process
 
@@ -210,6 +210,18 @@ def test_bad_bodies_are_4xx_naming_the_problem(
     reply = chat(gateway, key, **body)
     assert 400 <= reply.status_code < 500
     assert needle in reply.json()["error"]["message"]
+
+
+def test_a_body_over_the_limit_is_413(gateway: GatewayProcess, key: str) -> None:
+    prompt = "x" * 70_000
+    with httpx.Client(base_url=gateway.url) as http:
+        reply = http.post(
+            "/v1/completions",
+            json={"model": "tiny-lm", "prompt": prompt},
+            headers={"authorization": f"Bearer {key}"},
+        )
+    assert reply.status_code == 413
+    assert "65536" in reply.json()["error"]["message"]
 
 
 def test_not_json_is_400(gateway: GatewayProcess, key: str) -> None:

@@ -182,6 +182,9 @@ class GatewayConfig(_Section):
         description="A store call slower than this fails closed (503): with the default, a "
         "hung store is answered within 50 ms; a refused connection fails at once.",
     )
+    max_body_bytes: int = Field(
+        16 * 1024 * 1024, ge=1024, description="Larger request bodies are refused (413)."
+    )
     key_cache_s: float = Field(
         1.0, ge=0, description="Keys are cached this long: revocation takes effect within."
     )

@@ -26,7 +26,7 @@ from starlette.routing import Route
 from podserve.config.gateway_config import GatewayConfig, RedisPostgresStore
 from podserve.gateway.accounting import Accounting, Admission
 from podserve.gateway.budget import Usage
-from podserve.gateway.errors import GatewayError, InvalidRequest, UnknownModel
+from podserve.gateway.errors import BodyTooLarge, GatewayError, InvalidRequest, UnknownModel
 from podserve.gateway.forward import Attempted, Forwarder
 from podserve.gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from podserve.gateway.relay import RelayResponse
@@ -170,7 +170,7 @@ class Gateway:
         rid = _request_id(request.headers.get("x-request-id"))
         try:
             key = await self.accounting.authenticate(request.headers.get("authorization"))
-            raw = await request.body()
+            raw = await self._body(request)
             if endpoint is Endpoint.V2:
                 model = request.path_params["model"]
                 bill = Billable(model, endpoint, False, False, None, "", 1, (), 0)
@@ -254,6 +254,21 @@ class Gateway:
         return RelayResponse(attempt.response, EventRelay(bill.wants_usage), headers, finish)
 
     # --- helpers ---------------------------------------------------------------------
+    async def _body(self, request: Request) -> bytes:
+        """The body, refused past `maxBodyBytes` before it is all held in memory."""
+        limit = self.config.max_body_bytes
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise BodyTooLarge(f"request body over {limit} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLarge(f"request body over {limit} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
     @staticmethod
     def _hold_usage(admission: Admission, bill: Billable) -> Usage:
         cap = (admission.max_tokens or 0) * bill.choices

@@ -22,6 +22,12 @@ class InvalidRequest(GatewayError):
     reason = "invalid"
 
 
+class BodyTooLarge(GatewayError):
+    status = 413
+    kind = ErrorType.INVALID
+    reason = "too_large"
+
+
 class Unauthorized(GatewayError):
     status = 401
     kind = ErrorType.AUTH

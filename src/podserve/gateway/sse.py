@@ -16,6 +16,8 @@ import orjson
 
 from podserve.gateway.budget import Usage
 
+MAX_EVENT_BYTES = 1 << 20
+
 
 @dataclass(slots=True)
 class StreamTally:
@@ -35,6 +37,11 @@ class EventRelay:
 
     def feed(self, chunk: bytes) -> bytes:
         self._buffer += chunk
+        if len(self._buffer) > MAX_EVENT_BYTES and _event_end(self._buffer)[0] < 0:
+            # Not an event stream we can read (no event end in 1 MiB): pass it on as is
+            # rather than hold it; its usage, if any, is lost and the hold is charged.
+            rest, self._buffer = self._buffer, b""
+            return rest
         out: list[bytes] = []
         while True:
             cut, sep = _event_end(self._buffer)
