@@ -50,3 +50,41 @@ def test_a_gpu_hour_price_is_cost_over_throughput() -> None:
 def test_bad_configs_name_the_problem(text: str, needle: str) -> None:
     with pytest.raises(InvalidInput, match=needle):
         load_gateway_config(text)
+
+
+def _keys(model: type, prefix: str = "") -> set[str]:
+    """Every camelCase key of a config section, nested sections dotted."""
+    from pydantic import BaseModel
+
+    found = set()
+    for name, field in model.model_fields.items():  # type: ignore[attr-defined]
+        alias = field.alias or name
+        annotation = field.annotation
+        inner = [
+            a
+            for a in getattr(annotation, "__args__", (annotation,))
+            if isinstance(a, type) and issubclass(a, BaseModel)
+        ]
+        if not inner:
+            found.add(prefix + alias)  # a leaf
+        for arg in inner:
+            found |= _keys(arg, f"{prefix}{alias}.")
+    return found
+
+
+def test_docs_document_every_config_key() -> None:
+    """docs/gateway.md's table names each key (the part after the section is enough for
+    keys under a named entry, e.g. `pools[].weight` or `prices.<model>.tokenizer`)."""
+    from podserve.config.gateway_config import GatewayConfig
+
+    docs = (ROOT / "docs" / "gateway.md").read_text()
+    missing = sorted(k for k in _keys(GatewayConfig) if f"{k.rsplit('.', 1)[-1]}`" not in docs)
+    assert missing == []
+
+
+def test_the_public_surface() -> None:
+    import podserve.gateway
+
+    assert len(set(podserve.gateway.__all__)) == len(podserve.gateway.__all__)
+    for name in podserve.gateway.__all__:
+        assert getattr(podserve.gateway, name) is not None
