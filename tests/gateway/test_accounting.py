@@ -76,3 +76,31 @@ async def test_a_spent_budget_is_refused_at_once(tmp_path: Path) -> None:
         await accounting.admit(key, _bill(10))
     assert refused.value.retry_after_s == 3600
     await accounting.store.close()
+
+
+async def test_team_and_namespace_limits_apply_to_their_keys(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "gw.db")
+    config = load_gateway_config(
+        "teams: {t: {budgetUsd: 0.000083}}\nnamespaces: {ns: {rpm: 2}}\n"
+        "prices: {m: {inputPerMillionUsd: 1, outputPerMillionUsd: 2}}\n"
+        "defaults: {budgetWaitS: 0}\n"
+    )
+    accounting = Accounting(config, store)
+    records = []
+    for _ in range(2):
+        _, digest = new_key()
+        record = KeyRecord(
+            key_id_of(digest), digest, "t", "ns", (), None, None, None, None, False, time.time()
+        )
+        await store.create_key(record)
+        records.append(record)
+    first = await accounting.admit(records[0], _bill(40))  # the team's 83 micro-dollars
+    with pytest.raises(OverLimit) as team:
+        await accounting.admit(records[1], _bill(1))  # another key of the same team
+    assert team.value.reason == "budget"
+    await accounting.settle(first, Usage(3, 0), Outcome.OK, "pool")
+    await accounting.admit(records[1], _bill(1))  # the namespace's second request
+    with pytest.raises(OverLimit) as ns:
+        await accounting.admit(records[0], _bill(1))
+    assert ns.value.reason == "rpm"
+    await store.close()

@@ -172,7 +172,7 @@ class GatewayConfig(_Section):
     defaults: Defaults = Field(default_factory=lambda: Defaults())
     teams: dict[str, ScopeLimits] = Field(default_factory=dict, description="Per team.")
     namespaces: dict[str, ScopeLimits] = Field(
-        default_factory=dict, description="Per namespace (budget only; rpm/tpm ignored)."
+        default_factory=dict, description="Per namespace: budget, rpm, tpm."
     )
     routing: Routing = Field(default_factory=lambda: Routing())
     fail_open: FailOpen = Field(default_factory=lambda: FailOpen())

@@ -154,9 +154,12 @@ class Accounting:
     def _windows(self, key: KeyRecord) -> tuple[tuple[WindowSpec, ...], tuple[WindowSpec, ...]]:
         window = window_at(self._wall())
         team = self._config.teams.get(key.team)
+        ns = self._config.namespaces.get(key.namespace)
         limits = [(f"key:{key.key_id}", key.rpm, key.tpm)]
         if team is not None:
             limits.append((f"team:{key.team}", team.rpm, team.tpm))
+        if ns is not None:
+            limits.append((f"namespace:{key.namespace}", ns.rpm, ns.tpm))
         rpm = tuple(
             WindowSpec(window.counter("rpm", s), f"rpm:{s}", r, window.resets_in_s)
             for s, r, _ in limits
