@@ -15,7 +15,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
 
-import httpx
 import orjson
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
@@ -27,7 +26,7 @@ from podserve.config.gateway_config import GatewayConfig, RedisPostgresStore
 from podserve.gateway.accounting import Accounting, Admission
 from podserve.gateway.budget import Usage
 from podserve.gateway.errors import BodyTooLarge, GatewayError, InvalidRequest, UnknownModel
-from podserve.gateway.forward import Attempted, Forwarder
+from podserve.gateway.forward import UPSTREAM_ERRORS, Attempted, Forwarder
 from podserve.gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from podserve.gateway.relay import RelayResponse
 from podserve.gateway.retry_budget import RetryBudget
@@ -59,12 +58,13 @@ class Gateway:
         self.retry_budget = RetryBudget(config.routing.retry_budget_ratio)
         self.accounting = Accounting(config, store)
         r = config.routing
-        client = httpx.AsyncClient(
-            timeout=httpx.Timeout(r.read_timeout_s, connect=r.connect_timeout_s),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=512),
-        )
         self.forwarder = Forwarder(
-            self.router, self.retry_budget, self.metrics, hosted_keys, client
+            self.router,
+            self.retry_budget,
+            self.metrics,
+            hosted_keys,
+            r.connect_timeout_s,
+            r.read_timeout_s,
         )
         self.scraper = Scraper(self.router, r.scrape_interval_ms / 1000)
         self._housekeeping: asyncio.Task[None] | None = None
@@ -98,6 +98,7 @@ class Gateway:
         setup = getattr(self.accounting.store, "setup", None)
         if setup is not None:
             await setup()
+        await self.forwarder.start()
         await self.scraper.start()
         self._housekeeping = asyncio.create_task(self._housekeep())
         try:
@@ -107,7 +108,7 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._housekeeping
             await self.scraper.stop()
-            await self.forwarder.client.aclose()
+            await self.forwarder.close()
             await self.accounting.store.close()
 
     def asgi(self) -> Starlette:
@@ -195,22 +196,22 @@ class Gateway:
             return self._refuse(exc, started)
         response = attempt.response
         is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
-        if response.status_code == 200 and is_sse:
+        if response.status == 200 and is_sse:
             return self._stream(attempt, admission, bill, started, rid)
         try:
-            content = await response.aread()
-        except httpx.HTTPError as exc:
+            content = await response.read()
+        except UPSTREAM_ERRORS as exc:
             self.forwarder.finished(attempt, False)
             await self._settle(admission, Usage(0, 0), Outcome.ERROR, attempt.target.upstream, 502)
             return self._refuse(InvalidRequest(f"upstream failed: {exc}"), started)
         finally:
-            await response.aclose()
+            response.release()
         upstream_s = attempt.upstream_s
-        self.forwarder.finished(attempt, response.status_code < 500)
-        usage, outcome = self._usage_of(content, response.status_code, admission)
+        self.forwarder.finished(attempt, response.status < 500)
+        usage, outcome = self._usage_of(content, response.status, admission)
         reply = self._json(
             content,
-            response.status_code,
+            response.status,
             started,
             upstream_s,
             response.headers.get("content-type", "application/json"),
@@ -224,7 +225,7 @@ class Gateway:
             usage,
             outcome,
             attempt.target.upstream,
-            response.status_code,
+            response.status,
         )
         return reply
 

@@ -14,10 +14,11 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 
-import httpx
+import aiohttp
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from podserve.gateway.forward import UPSTREAM_ERRORS
 from podserve.gateway.sse import EventRelay, StreamTally
 from podserve.gateway.store.base import Outcome
 
@@ -27,13 +28,13 @@ Finish = Callable[[Outcome, StreamTally], Awaitable[None]]
 class RelayResponse(Response):
     def __init__(
         self,
-        upstream: httpx.Response,
+        upstream: aiohttp.ClientResponse,
         relay: EventRelay,
         headers: Mapping[str, str],
         on_finish: Finish,
     ) -> None:
         # Not Response.__init__: it would send `content-length: 0` for an empty body.
-        self.status_code = upstream.status_code
+        self.status_code = upstream.status
         self.background = None
         self.raw_headers = [
             (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()
@@ -43,7 +44,7 @@ class RelayResponse(Response):
         self._on_finish = on_finish
 
     async def _pump(self, send: Send) -> None:
-        async for chunk in self._upstream.aiter_raw():
+        async for chunk in self._upstream.content.iter_any():
             out = self._relay.feed(chunk)
             if out:
                 await send({"type": "http.response.body", "body": out, "more_body": True})
@@ -68,7 +69,10 @@ class RelayResponse(Response):
         finally:
             for task in (pump, watch):
                 task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
+                with contextlib.suppress(asyncio.CancelledError, *UPSTREAM_ERRORS):
                     await task
-            await self._upstream.aclose()
+            if outcome is Outcome.OK:
+                self._upstream.release()  # read to the end: the connection is reused
+            else:
+                self._upstream.close()  # the pod sees the disconnect and stops generating
             await self._on_finish(outcome, self._relay.tally)

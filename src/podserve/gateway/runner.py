@@ -22,8 +22,6 @@ async def serve_gateway(config: GatewayConfig, host: str, port: int, env: Mappin
     ]
     if missing:
         log.warning("fallback API key env vars are unset", extra={"env": missing})
-    # httpx logs every request at INFO: one line per proxied call and per scrape.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
     gateway = Gateway(config, open_store(config, env), hosted_keys)
     uv_config = uvicorn.Config(
         gateway.asgi(),

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import math
 
-import httpx
+import aiohttp
 
 from podserve.gateway.routing import EndpointLoad, Router
 
@@ -56,17 +56,22 @@ def parse_load(text: str, ready: bool) -> EndpointLoad:
     return EndpointLoad(ready=ready, waiting=waiting, running=running, kv_usage=kv)
 
 
-async def scrape_once(client: httpx.AsyncClient, endpoint: str) -> EndpointLoad:
+async def _get(session: aiohttp.ClientSession, url: str) -> tuple[int, str]:
+    async with session.get(url) as response:
+        return response.status, await response.text()
+
+
+async def scrape_once(session: aiohttp.ClientSession, endpoint: str) -> EndpointLoad:
     """One pod's load; a pod that does not answer both probes counts as not ready."""
     try:
-        ready_resp, metrics_resp = await asyncio.gather(
-            client.get(f"{endpoint}/ready"), client.get(f"{endpoint}/metrics")
+        (ready, _), (status, text) = await asyncio.gather(
+            _get(session, f"{endpoint}/ready"), _get(session, f"{endpoint}/metrics")
         )
-    except httpx.HTTPError:
+    except (TimeoutError, aiohttp.ClientError, OSError, UnicodeDecodeError):
         return EndpointLoad(ready=False)
-    if metrics_resp.status_code != 200:
+    if status != 200:
         return EndpointLoad(ready=False)
-    return parse_load(metrics_resp.text, ready_resp.status_code == 200)
+    return parse_load(text, ready == 200)
 
 
 class Scraper:
@@ -75,13 +80,16 @@ class Scraper:
     def __init__(self, router: Router, interval_s: float, timeout_s: float = 1.0) -> None:
         self._router = router
         self._interval_s = interval_s
-        self._client = httpx.AsyncClient(timeout=timeout_s)
+        self._timeout_s = timeout_s
+        self._session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
         self.rounds = 0
 
     async def refresh(self) -> None:
         endpoints = self._router.endpoints()
-        loads = await asyncio.gather(*(scrape_once(self._client, ep) for ep in endpoints))
+        assert self._session is not None, "Scraper.start() first"
+        session = self._session
+        loads = await asyncio.gather(*(scrape_once(session, ep) for ep in endpoints))
         for endpoint, load in zip(endpoints, loads, strict=True):
             self._router.update_load(endpoint, load)
         self.rounds += 1
@@ -92,6 +100,7 @@ class Scraper:
             await self.refresh()
 
     async def start(self) -> None:
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self._timeout_s))
         await self.refresh()  # serve from the first request with a real view
         self._task = asyncio.create_task(self._loop())
 
@@ -100,4 +109,5 @@ class Scraper:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        await self._client.aclose()
+        if self._session is not None:
+            await self._session.close()
