@@ -185,7 +185,14 @@ class InferenceServicer(SharedMemoryRpcs):
         self, request: pb.ModelReadyRequest, context: Context
     ) -> pb.ModelReadyResponse:
         async with _status_on_error(context, "ModelReady"):
-            ready = self._dataplane.model_ready(request.name, request.version or None)
+            # Triton answers OK with ready=false for a model it does not know (core
+            # src/server.cc `InferenceServer::ModelIsReady`: `*ready = false`, then
+            # Status::Success when GetModel fails), so clients polling readiness see
+            # "not yet" rather than an error. REST keeps its 404 (DESIGN.md §2).
+            try:
+                ready = self._dataplane.model_ready(request.name, request.version or None)
+            except ModelNotFound:
+                ready = False
             return pb.ModelReadyResponse(ready=ready)
 
     # ------------------------------------------------------------------ metadata
