@@ -83,6 +83,12 @@ class SklearnParameters(RuntimeParameters):
         description="Skip sklearn's NaN/inf scan of every batch (about 15% of a 256x512 "
         "logistic regression call); `false` has NaN inputs rejected by sklearn.",
     )
+    blas_threads: int | None = Field(
+        None,
+        ge=1,
+        description="BLAS threads (process-wide, through threadpoolctl; default: the usable "
+        "CPUs less one, left to the event loop; see runtimes/cpus.py).",
+    )
 
 
 class OnnxParameters(RuntimeParameters):
@@ -141,7 +147,10 @@ class EmbeddingParameters(RuntimeParameters):
     max_length: int = Field(256, ge=1, description="Tokens per text before truncation.")
     normalize: bool = Field(True, description="L2-normalise the embeddings.")
     num_threads: int | None = Field(
-        None, ge=1, description="torch intra-op threads (default torch's)."
+        None,
+        ge=1,
+        description="torch intra-op threads (process-wide; default: the usable CPUs less "
+        "one, left to the event loop; see runtimes/cpus.py).",
     )
 
 

@@ -11,6 +11,7 @@ Parameters (model.yaml `parameters:`):
   method          predict (default) | predict_proba | decision_function | transform
   trusted_types   extra type names skops may load, e.g. ["_operator.neg"]
   assume_finite   true (default): skip sklearn's NaN/inf scan of every batch (see predict)
+  blas_threads    BLAS threads, process-wide (default: the usable CPUs less one)
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from podserve.core.errors import ModelLoadFailed
 from podserve.core.tensors import Datatype, TensorSpec
 from podserve.core.types import Array
 from podserve.runtimes.base import LoadContext, ModelAPI, Payload
+from podserve.runtimes.cpus import compute_threads
 from podserve.runtimes.parameters import SklearnParameters
 
 _DEFAULT_OUTPUT_NAMES = {
@@ -53,6 +55,8 @@ class SklearnModel(ModelAPI):
         params = context.options_as(SklearnParameters)
         path = context.artifact_path
         self.estimator = _load_estimator(path, tuple(params.trusted_types))
+        # after the load: importing scikit-learn and SciPy loads BLAS libraries of their own
+        _limit_blas_threads(params.blas_threads or compute_threads())
         method_name = params.method
         method = getattr(self.estimator, method_name, None)
         if not callable(method):
@@ -196,3 +200,17 @@ def _estimator_float_dtype(estimator: Any) -> np.dtype[Any] | None:
         if isinstance(value, np.ndarray) and value.dtype.kind == "f":
             return np.dtype(value.dtype)
     return None
+
+
+def _limit_blas_threads(threads: int) -> None:
+    """Cap the BLAS pool numpy and scikit-learn compute in (OpenBLAS, MKL), process-wide.
+
+    Without a cap, OpenBLAS splits every batch's matmuls over all cores and its idle
+    workers spin between calls, taking the core the event loop needs: batching on served
+    scikit-learn's MLP 32-256-256-10 at half the rate of batching off (1,475 against 2,836
+    req/s at concurrency 64; docs/benchmarks.md, issue 16). runtimes/cpus.py explains the
+    default. threadpoolctl comes with scikit-learn.
+    """
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=threads, user_api="blas")
