@@ -30,6 +30,7 @@ import logging
 from dataclasses import dataclass
 
 import podserve
+from podserve.admission.draining import DrainingRetryHint
 from podserve.config.settings import ServerSettings
 from podserve.core.clock import Clock
 from podserve.core.errors import (
@@ -109,6 +110,7 @@ class DataPlane:
         self._metrics = metrics
         self._clock = clock
         self._payloads = payloads
+        self._draining_hint = DrainingRetryHint(clock)
         self.edge = EdgeLimits(
             max_body_bytes=settings.max_body_bytes,
             access_log_sample_rate=settings.access_log_sample_rate,
@@ -187,6 +189,7 @@ class DataPlane:
             worker = await self._acquire(model, request.model_version)
             try:
                 response = await worker.infer(request)
+                self._draining_hint.completed(model)
             except Unavailable as exc:
                 self._reject(model, exc.reason)
                 raise
@@ -229,13 +232,17 @@ class DataPlane:
         streams = []
         for sequence in sequences:
             self._lifecycle.request_started()
-            streams.append(GenerationStream(sequence, self._lifecycle.request_finished))
+            streams.append(GenerationStream(sequence, lambda: self._sequence_finished(model)))
         return Generation(model, worker.version, len(prompt_ids), streams, client.token_text)
+
+    def _sequence_finished(self, model: str) -> None:
+        self._lifecycle.request_finished()
+        self._draining_hint.completed(model)
 
     def _refuse_if_draining(self, model: str) -> None:
         if self._lifecycle.draining:
             self._reject(model, "draining")
-            raise Draining()
+            raise Draining(retry_after_s=self._draining_hint.retry_after_s(model))
 
     async def _acquire(self, model: str, version: str | None) -> Worker:
         try:
