@@ -101,8 +101,8 @@ class OnnxParameters(RuntimeParameters):
     intra_op_num_threads: int | None = Field(
         None,
         ge=0,
-        description="Threads inside one operator (default: onnxruntime's, one per core it "
-        "sees). In a pod, set it to the CPU limit.",
+        description="Threads inside one operator (default: the usable CPUs less one, left "
+        "to the event loop, see runtimes/cpus.py; 0: onnxruntime's own default).",
     )
     inter_op_num_threads: int | None = Field(
         None, ge=0, description="Threads across independent operators (default: onnxruntime's)."
@@ -123,7 +123,10 @@ class TorchScriptParameters(RuntimeParameters):
         "float32", description="Floating weights and floating inputs are cast to it."
     )
     num_threads: int | None = Field(
-        None, ge=1, description="`torch.set_num_threads` (process-wide; default torch's)."
+        None,
+        ge=1,
+        description="`torch.set_num_threads` (process-wide; default: the usable CPUs less "
+        "one, left to the event loop; see runtimes/cpus.py).",
     )
 
 
