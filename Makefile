@@ -52,6 +52,8 @@ bench: $(VENV)/.dev-installed
 	$(BIN)/python benchmarks/run.py
 	$(BIN)/python benchmarks/load.py
 	$(BIN)/python benchmarks/llm.py
+	$(BIN)/python benchmarks/table.py
+	$(BIN)/python benchmarks/generation_anchors.py
 
 fmt: $(VENV)/.dev-installed
 	$(BIN)/ruff format src tests scripts benchmarks examples
