@@ -568,6 +568,39 @@ def report(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def plot(result: dict[str, Any], path: Path) -> None:
+    """Bars of every server's median per cell (c=64 req/s, c=1 p50), min..max as error
+    bars, the raw limit as a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = (
+        ("w1_c64", "rps", "W1 c=64 req/s", "b32_items_s"),
+        ("w2_c64", "rps", "W2 c=64 req/s", "b32_items_s"),
+        ("w1_c1", "p50_ms", "W1 c=1 p50 ms", "c1_p50_ms"),
+        ("w2_c1", "p50_ms", "W2 c=1 p50 ms", "c1_p50_ms"),
+    )
+    figure, axes = plt.subplots(1, 4, figsize=(16, 4.5))
+    for axis, (key, field, title, raw_key) in zip(axes, cells, strict=True):
+        by_name = result["steps"].get(key, {})
+        names = list(by_name)
+        values = [[s[field] for s in by_name[n]] for n in names]
+        mids = [statistics.median(v) for v in values]
+        low = [m - min(v) for m, v in zip(mids, values, strict=True)]
+        high = [max(v) - m for m, v in zip(mids, values, strict=True)]
+        axis.bar(range(len(names)), mids, yerr=[low, high], capsize=3, color="tab:blue")
+        workload = key.split("_")[0]
+        axis.axhline(result["raw"][workload][raw_key], color="tab:red", linestyle="--")
+        axis.set_xticks(range(len(names)), names, rotation=35, ha="right", fontsize=8)
+        axis.set_title(f"{title} (red: raw)", fontsize=10)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=80)
+    plt.close(figure)
+
+
 def _variant(text: str) -> tuple[str, dict[str, str]]:
     label, _, assignments = text.partition(":")
     return label, dict(item.split("=", 1) for item in assignments.split(",") if item)
@@ -590,7 +623,17 @@ def main(argv: list[str] | None = None) -> int:
         metavar="LABEL:NAME=VALUE[,NAME=VALUE]",
         help="one more podserve (batching on) with these environment variables",
     )
+    parser.add_argument("--plot", type=Path, help="also write a PNG of the table here")
+    parser.add_argument(
+        "--from-json", type=Path, help="report (and plot) a result written before; no run"
+    )
     args = parser.parse_args(argv)
+    if args.from_json:
+        result = orjson.loads(args.from_json.read_bytes())
+        print(report(result))
+        if args.plot:
+            plot(result, args.plot)
+        return 0
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # SIGTERM (timeout, a CI cancel) unwinds like ^C, so that the servers are stopped too
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -605,6 +648,8 @@ def main(argv: list[str] | None = None) -> int:
     stem = f"table-{started}{'-' + args.label if args.label else ''}"
     (args.out / f"{stem}.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
     (args.out / f"{stem}.md").write_text(text + "\n")
+    if args.plot:
+        plot(result, args.plot)
     return 0
 
 
