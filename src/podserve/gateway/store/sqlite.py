@@ -117,40 +117,52 @@ class SqliteStore:
     # --- budgets ---------------------------------------------------------------------
     async def reserve(self, hold: Hold) -> Grant | Refusal:
         with self._tx() as db:
-            budgets = []
-            for scope in hold.scopes:
-                row = db.execute(
-                    "SELECT committed, reserved FROM scopes WHERE name = ?", (scope.name,)
-                ).fetchone()
-                committed, reserved = row if row is not None else (0, 0)
-                budgets.append(ScopeState(scope.name, scope.limit_micro, committed, reserved))
-
-            def used(counter: str) -> int:
-                row = db.execute(
-                    "SELECT used FROM windows WHERE counter = ?", (counter,)
-                ).fetchone()
-                return 0 if row is None else int(row[0])
-
-            rpm = [WindowState(w.name, w.limit, used(w.counter), w.resets_in_s) for w in hold.rpm]
-            tpm = [WindowState(w.name, w.limit, used(w.counter), w.resets_in_s) for w in hold.tpm]
+            # One statement per table, not per row: a statement costs ~20 µs here.
+            names = [s.name for s in hold.scopes]
+            state = {
+                name: (committed, reserved)
+                for name, committed, reserved in db.execute(
+                    f"SELECT name, committed, reserved FROM scopes WHERE name IN ({_marks(names)})",
+                    names,
+                )
+            }
+            budgets = [
+                ScopeState(s.name, s.limit_micro, *state.get(s.name, (0, 0))) for s in hold.scopes
+            ]
+            counters = [w.counter for w in (*hold.rpm, *hold.tpm)]
+            used: dict[str, int] = (
+                dict(
+                    db.execute(
+                        f"SELECT counter, used FROM windows WHERE counter IN ({_marks(counters)})",
+                        counters,
+                    ).fetchall()
+                )
+                if counters
+                else {}
+            )
+            rpm = [
+                WindowState(w.name, w.limit, used.get(w.counter, 0), w.resets_in_s)
+                for w in hold.rpm
+            ]
+            tpm = [
+                WindowState(w.name, w.limit, used.get(w.counter, 0), w.resets_in_s)
+                for w in hold.tpm
+            ]
             decision = grant(hold.plan, budgets, rpm, tpm)
             if isinstance(decision, Refusal):
                 return decision
-            for scope in hold.scopes:
-                db.execute(
-                    "INSERT INTO scopes (name, reserved) VALUES (?, ?) ON CONFLICT(name) "
-                    "DO UPDATE SET reserved = reserved + excluded.reserved",
-                    (scope.name, decision.amount_micro),
-                )
+            db.executemany(
+                "INSERT INTO scopes (name, reserved) VALUES (?, ?) ON CONFLICT(name) "
+                "DO UPDATE SET reserved = reserved + excluded.reserved",
+                [(name, decision.amount_micro) for name in names],
+            )
             expires = hold.lease_until + WINDOW_S
-            for window, amount in [(w, 1) for w in hold.rpm] + [
-                (w, decision.tpm_tokens) for w in hold.tpm
-            ]:
-                db.execute(
-                    "INSERT INTO windows VALUES (?, ?, ?) ON CONFLICT(counter) "
-                    "DO UPDATE SET used = used + excluded.used",
-                    (window.counter, amount, expires),
-                )
+            db.executemany(
+                "INSERT INTO windows VALUES (?, ?, ?) ON CONFLICT(counter) "
+                "DO UPDATE SET used = used + excluded.used",
+                [(w.counter, 1, expires) for w in hold.rpm]
+                + [(w.counter, decision.tpm_tokens, expires) for w in hold.tpm],
+            )
             labels = hold.labels
             db.execute(
                 "INSERT INTO reservations VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -246,15 +258,19 @@ def _settle(db: sqlite3.Connection, s: Settlement) -> bool:
     if row is None:
         return False
     scopes, amount, tpm, tpm_tokens, key_id, team, namespace, model, request_id = row
-    for name in json.loads(scopes):
-        db.execute(
-            "UPDATE scopes SET reserved = reserved - ?, committed = committed + ? WHERE name = ?",
-            (amount, s.cost_micro, name),
-        )
+    names = json.loads(scopes)
+    db.execute(
+        "UPDATE scopes SET reserved = reserved - ?, committed = committed + ? "
+        f"WHERE name IN ({_marks(names)})",
+        (amount, s.cost_micro, *names),
+    )
     unused = tpm_tokens - s.usage.prompt_tokens - s.usage.completion_tokens
-    if unused > 0:
-        for counter in json.loads(tpm):
-            db.execute("UPDATE windows SET used = used - ? WHERE counter = ?", (unused, counter))
+    counters = json.loads(tpm)
+    if unused > 0 and counters:
+        db.execute(
+            f"UPDATE windows SET used = used - ? WHERE counter IN ({_marks(counters)})",
+            (unused, *counters),
+        )
     db.execute("DELETE FROM reservations WHERE id = ?", (s.reservation_id,))
     db.execute(
         "INSERT INTO ledger VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -274,6 +290,10 @@ def _settle(db: sqlite3.Connection, s: Settlement) -> bool:
         ),
     )
     return True
+
+
+def _marks(values: list[str]) -> str:
+    return ",".join("?" * len(values))
 
 
 def _key(row: tuple[object, ...]) -> KeyRecord:
