@@ -641,11 +641,15 @@ def phase_canary(work: Path, requests: int) -> dict[str, Any]:
                 async def worker() -> None:
                     while queue:
                         queue.pop()
-                        reply = await http.post(
-                            "/v2/models/iris/infer",
-                            content=harness.iris_body(1),
-                            headers={"authorization": f"Bearer {key}"},
-                        )
+                        try:
+                            reply = await http.post(
+                                "/v2/models/iris/infer",
+                                content=harness.iris_body(1),
+                                headers={"authorization": f"Bearer {key}"},
+                            )
+                        except httpx.HTTPError as exc:
+                            seen[f"client error {type(exc).__name__}"] += 1
+                            continue
                         seen[
                             reply.headers.get("x-podserve-gateway-upstream", str(reply.status_code))
                         ] += 1
@@ -661,6 +665,9 @@ def phase_canary(work: Path, requests: int) -> dict[str, Any]:
         "requests": requests,
         "by_upstream": dict(seen),
         "canary_share_pct": round(100 * seen["canary"] / requests, 3),
+        "canary_share_of_routed_pct": round(
+            100 * seen["canary"] / max(1, seen["canary"] + seen["stable"]), 3
+        ),
     }
 
 

@@ -32,6 +32,10 @@ async def serve_gateway(config: GatewayConfig, host: str, port: int, env: Mappin
         access_log=False,
         server_header=False,
         timeout_graceful_shutdown=5,
+        # Longer than a load balancer's idle timeout (AWS ALB: 60 s), so the balancer, not
+        # the gateway, closes idle connections: a request sent on a connection the server
+        # is closing fails as a reset (uvicorn's default is 5 s).
+        timeout_keep_alive=75,
     )
     server = uvicorn.Server(uv_config)
     # Bind first so an ephemeral port is known (and logged) before serving.
