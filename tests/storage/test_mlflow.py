@@ -247,24 +247,107 @@ def test_an_alias_moved_to_another_version_is_picked_up_on_the_next_fetch(
         result.lease.release()
 
 
+class _Downloads(NullProgress):
+    """Counts the files a fetch transfers (a warm, confirmed hit transfers none)."""
+
+    def __init__(self) -> None:
+        self.files: list[str] = []
+
+    def file_started(self, name: str, total_bytes: int | None, resumed_bytes: int) -> None:
+        self.files.append(name)
+
+
 def test_a_digest_pin_refuses_the_model_the_alias_moved_to(
     registry: Registry, tmp_path: Path
 ) -> None:
     registry.set_alias("champion", 1)
-    pinned = fetch_model("models:/iris/1", cache_dir=tmp_path / "a", sources=_options(registry))
-    assert pinned.lease is not None
-    pinned.lease.release()
-    uri = f"models:/iris@champion@{pinned.digest}"
-    code, _out, _err = _fetch_cli(registry, tmp_path / "b", uri)
-    assert code == 0  # the alias names the pinned version: accepted
+    cache = tmp_path / "cache"
+    v1 = fetch_model("models:/iris/1", cache_dir=tmp_path / "v1", sources=_options(registry))
+    v2 = fetch_model("models:/iris/2", cache_dir=tmp_path / "v2", sources=_options(registry))
+    for result in (v1, v2):
+        assert result.lease is not None
+        result.lease.release()
+    uri = f"models:/iris@champion@{v1.digest}"
+    code, out, err = _fetch_cli(registry, cache, uri)  # cold: downloads version 1
+    assert code == 0, err
+    warm = Path(out)
+
+    # The alias has not moved: the warm entry is served without a download.
+    seen = _Downloads()
+    again = fetch_model(uri, cache_dir=cache, sources=_options(registry), progress=seen)
+    assert (again.from_cache, again.path, seen.files) == (True, warm, [])
+    assert again.lease is not None
+    again.lease.release()
+
+    # The alias moved to version 2: the node still holds the pinned bytes, and refuses.
     registry.set_alias("champion", 2)
-    code, out, err = _fetch_cli(registry, tmp_path / "c", uri)
+    code, out, err = _fetch_cli(registry, cache, uri)
     assert code == 4, err  # EXIT_DIGEST_MISMATCH
     assert out == ""
-    assert "digest mismatch" in err
-    with pytest.raises(DigestMismatch):
-        fetch_model(uri, cache_dir=tmp_path / "d", sources=_options(registry))
-    assert not list((tmp_path / "d").glob("entries/*"))  # nothing published
+    for named in ("models:/iris@champion", "models:/iris/2", "models:/iris/1", "digest mismatch"):
+        assert named in err, (named, err)
+    assert str(v1.digest) in err
+    assert str(v2.digest) in err
+    with pytest.raises(DigestMismatch, match="which now names models:/iris/2"):
+        fetch_model(uri, cache_dir=cache, sources=_options(registry))
+    # A cold node refuses the same way and publishes nothing.
+    with pytest.raises(DigestMismatch, match=r"models:/iris@champion \(which now names"):
+        fetch_model(uri, cache_dir=tmp_path / "cold", sources=_options(registry))
+    assert not list((tmp_path / "cold").glob("entries/*"))
+
+    # Back on version 1: served from the warm entry again, with no download.
+    registry.set_alias("champion", 1)
+    seen = _Downloads()
+    back = fetch_model(uri, cache_dir=cache, sources=_options(registry), progress=seen)
+    assert (back.path, seen.files) == (warm, [])
+    assert back.lease is not None
+    back.lease.release()
+
+
+def test_a_pin_on_an_alias_accepts_another_version_with_the_same_bytes(
+    registry: Registry, tmp_path: Path
+) -> None:
+    """Version 3 is registered from version 1's source: other version, same bytes. The
+    first pinned fetch through the alias downloads it once to check, the next does not."""
+    found = httpx.get(
+        f"{registry.url}/api/2.0/mlflow/model-versions/get",
+        params={"name": "iris", "version": "1"},
+    ).json()["model_version"]
+    # MLflow 3 registers a logged model (source models:/m-<id>) and wants its model_id.
+    source = str(found["source"])
+    created = httpx.post(
+        f"{registry.url}/api/2.0/mlflow/model-versions/create",
+        json={
+            "name": "iris",
+            "source": source,
+            "run_id": found.get("run_id", ""),
+            "model_id": source.removeprefix("models:/"),
+        },
+    )
+    assert created.status_code == 200, created.text
+    version = int(created.json()["model_version"]["version"])
+    try:
+        registry.set_alias("same", 1)
+        cache = tmp_path / "cache"
+        first = fetch_model("models:/iris@same", cache_dir=cache, sources=_options(registry))
+        assert first.lease is not None
+        first.lease.release()
+        uri = f"models:/iris@same@{first.digest}"
+        registry.set_alias("same", version)
+        checked = _Downloads()
+        ok = fetch_model(uri, cache_dir=cache, sources=_options(registry), progress=checked)
+        assert checked.files  # version 3 was downloaded once, to check its bytes
+        seen = _Downloads()
+        again = fetch_model(uri, cache_dir=cache, sources=_options(registry), progress=seen)
+        assert (again.path, seen.files) == (ok.path, [])
+        for result in (ok, again):
+            assert result.lease is not None
+            result.lease.release()
+    finally:
+        httpx.delete(
+            f"{registry.url}/api/2.0/mlflow/model-versions/delete",
+            params={"name": "iris", "version": str(version)},
+        )
 
 
 def test_unknown_models_versions_and_aliases_are_not_found(

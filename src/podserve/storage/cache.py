@@ -66,6 +66,9 @@ class CachedEntry:
     pinned: bool
     source: str
     last_used_ns: int
+    # Every source verified to hold these bytes: `source` plus those a pinned fetch of a
+    # moving name (an MLflow alias) checked later (resolved_pin.py).
+    sources: frozenset[str] = frozenset()
 
 
 def key_for(uri: ModelURI) -> CacheKey:
@@ -127,11 +130,12 @@ class ModelCache:
             recorded = Digest.parse(str(doc["digest"]))
             pinned = bool(doc["pinned"])
             source = str(doc["source"])
+            sources = frozenset([source, *map(str, doc.get("verified_sources", []))])
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise CacheCorrupted(f"unreadable cache manifest {manifest_path}: {exc}") from exc
         if manifest.digest != recorded:
             raise CacheCorrupted(f"cache manifest {manifest_path} contradicts itself")
-        return CachedEntry(key, path, manifest, pinned, source, last_used_ns)
+        return CachedEntry(key, path, manifest, pinned, source, last_used_ns, sources)
 
     def entries(self) -> list[CachedEntry]:
         found = []
@@ -187,6 +191,22 @@ class ModelCache:
         os.rename(staging, target)  # the commit point
         _fsync_path(self.entries_dir)
         return target
+
+    def record_source(self, key: str, source: str) -> None:
+        """Note on a published entry that `source` was verified to hold its bytes. The
+        manifest is rewritten whole and renamed into place, so a reader sees the old or
+        the new one."""
+        manifest_path = self.manifest_path(key)
+        doc = orjson.loads(manifest_path.read_bytes())
+        known = [str(s) for s in doc.get("verified_sources", [])]
+        if source == doc.get("source") or source in known:
+            return
+        doc["verified_sources"] = [*known, source]
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.tmp_dir / f"{key}.{uuid.uuid4().hex}.manifest.json"
+        tmp.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+        _fsync_path(tmp)
+        os.replace(tmp, manifest_path)
 
     def remove(self, key: str) -> None:
         """Delete an entry: the directory first, so that it stops counting as published."""

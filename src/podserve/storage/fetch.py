@@ -32,6 +32,7 @@ from podserve.storage.fetchers import (
 from podserve.storage.fetchers import fetcher_for as _fetcher_for
 from podserve.storage.locks import FileLock
 from podserve.storage.progress import NullProgress, Phase, Progress
+from podserve.storage.resolved_pin import confirm_resolved, moved_where, names_a_moving_target
 from podserve.storage.uri import ModelURI, Scheme, parse_model_uri
 
 
@@ -77,7 +78,9 @@ def fetch_model(
 
     table = fetchers if fetchers is not None else default_fetchers(sources or SourceOptions())
     # A registry alias names a moving target: key the cache by the version it names now.
-    parsed = resolve_source(table, parsed)
+    requested, parsed = parsed, resolve_source(table, parsed)
+    # A pin on a moving name holds only if the version it names now has the pinned bytes.
+    moving_pin = parsed.pinned is not None and names_a_moving_target(requested, parsed)
     cache = ModelCache(cache_dir)
     key = key_for(parsed)
     lease = cache.use_lock(key.name)
@@ -85,17 +88,32 @@ def fetch_model(
     try:
         against = key.pinned if verify_hit else None
         entry = _checked_hit(cache, key.name, report, against=against)
+        if entry is not None and moving_pin:
+            fetcher = _fetcher_for(table, parsed.scheme)
+            entry = confirm_resolved(cache, key, requested, parsed, fetcher, report)
         from_cache = entry is not None
         if entry is None:
-            entry, from_cache = _fetch_locked(
-                cache,
-                key,
-                parsed,
-                _fetcher_for(table, parsed.scheme),
-                report,
-                against,
-                archive_limits or ArchiveLimits(),
-            )
+            fetcher = _fetcher_for(table, parsed.scheme)
+            try:
+                entry, from_cache = _fetch_locked(
+                    cache,
+                    key,
+                    parsed,
+                    fetcher,
+                    report,
+                    against,
+                    archive_limits or ArchiveLimits(),
+                )
+            except DigestMismatch as exc:
+                if not moving_pin:
+                    raise
+                where = moved_where(requested, parsed)
+                raise DigestMismatch(
+                    expected=exc.expected, actual=exc.actual, where=where
+                ) from None
+            if from_cache and moving_pin:  # published meanwhile by a process with a pin
+                confirmed = confirm_resolved(cache, key, requested, parsed, fetcher, report)
+                entry = confirmed or entry
         cache.touch(key.name)
         if max_cache_bytes is not None:
             for evicted in cache.evict(max_cache_bytes, keep=frozenset({key.name})):
