@@ -24,36 +24,44 @@ from redis.exceptions import ResponseError
 
 from podserve.consume.contract import Result, StreamEntry, parse_entry
 
-# KEYS: results, done marker, requests, failures hash
-# ARGV: group, entry id, request id, status, body, marker ttl (s)
-_RESULT_LUA = """
-local written = 0
-if redis.call('SET', KEYS[2], ARGV[2], 'NX', 'EX', ARGV[6]) then
-  redis.call('XADD', KEYS[1], '*', 'id', ARGV[3], 'status', ARGV[4], 'body', ARGV[5])
-  written = 1
+# Every write of one flush in one script call: one round trip and one script run for the
+# batch, each write keeping its own semantics (and the whole batch atomic).
+# KEYS: results, requests, failures hash, dead letters, then write i's done marker at 4+i
+# ARGV: group, marker ttl (s), then 10 fields per write: kind ('r' a result, 'f' a failed
+#       attempt), entry id, request id, status, result body, max failures, error, model,
+#       request body, api (the last five only for 'f')
+# Returns per write: 1/0 for a result (0: one existed), the failure count for a failed
+# attempt, negated when it went to the dead-letter stream.
+_WRITES_LUA = """
+local out = {}
+local group, ttl = ARGV[1], ARGV[2]
+for i = 1, (#ARGV - 2) / 10 do
+  local a = 2 + (i - 1) * 10
+  local entry, marker = ARGV[a + 2], KEYS[4 + i]
+  local count = 0
+  if ARGV[a + 1] == 'f' then
+    count = redis.call('HINCRBY', KEYS[3], entry, 1)
+  end
+  if ARGV[a + 1] == 'f' and count < tonumber(ARGV[a + 6]) then
+    out[i] = count
+  else
+    if count > 0 then
+      redis.call('XADD', KEYS[4], '*', 'id', ARGV[a + 3], 'model', ARGV[a + 8],
+                 'body', ARGV[a + 9], 'api', ARGV[a + 10], 'entry', entry,
+                 'error', ARGV[a + 7], 'failures', count)
+    end
+    local written = 0
+    if redis.call('SET', marker, entry, 'NX', 'EX', ttl) then
+      redis.call('XADD', KEYS[1], '*', 'id', ARGV[a + 3], 'status', ARGV[a + 4],
+                 'body', ARGV[a + 5])
+      written = 1
+    end
+    redis.call('XACK', KEYS[2], group, entry)
+    redis.call('HDEL', KEYS[3], entry)
+    if count > 0 then out[i] = -count else out[i] = written end
+  end
 end
-redis.call('XACK', KEYS[3], ARGV[1], ARGV[2])
-redis.call('HDEL', KEYS[4], ARGV[2])
-return written
-"""
-
-# KEYS: failures hash, dead letters, results, done marker, requests
-# ARGV: group, entry id, max failures, request id, status, result body, error, model,
-#       request body, api, marker ttl (s)
-# Returns the failure count, negated when the entry went to the dead-letter stream.
-_FAIL_LUA = """
-local n = redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
-if n < tonumber(ARGV[3]) then
-  return n
-end
-redis.call('XADD', KEYS[2], '*', 'id', ARGV[4], 'model', ARGV[8], 'body', ARGV[9],
-           'api', ARGV[10], 'entry', ARGV[2], 'error', ARGV[7], 'failures', n)
-if redis.call('SET', KEYS[4], ARGV[2], 'NX', 'EX', ARGV[11]) then
-  redis.call('XADD', KEYS[3], '*', 'id', ARGV[4], 'status', ARGV[5], 'body', ARGV[6])
-end
-redis.call('XACK', KEYS[5], ARGV[1], ARGV[2])
-redis.call('HDEL', KEYS[1], ARGV[2])
-return -n
+return out
 """
 
 
@@ -75,6 +83,7 @@ class StreamNames:
 
 
 Arg = str | bytes | int
+_RESULT_PADDING: tuple[Arg, ...] = ("", "", "", "", "")  # a result's unused failure fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +106,7 @@ class RedisStreams:
     def __init__(self, client: aioredis.Redis, names: StreamNames) -> None:
         self._redis = client
         self.names = names
-        self._result = client.register_script(_RESULT_LUA)
-        self._fail = client.register_script(_FAIL_LUA)
+        self._writes = client.register_script(_WRITES_LUA)
         self._claim_cursor = "0-0"
 
     async def ensure_group(self) -> None:
@@ -159,8 +167,6 @@ class RedisStreams:
         """XADD the result unless one was written for this request id, and XACK the entry,
         atomically. False: a result existed already (a re-run after a crash)."""
         (outcome,) = await self.apply([Write(entry, result)])
-        if isinstance(outcome, BaseException):
-            raise outcome
         return bool(outcome)
 
     async def record_failure(self, entry: StreamEntry, result: Result, max_failures: int) -> int:
@@ -169,68 +175,37 @@ class RedisStreams:
         to the dead-letter stream, its error becomes its result, it is acknowledged, and
         the negated count is returned."""
         (outcome,) = await self.apply([Write(entry, result, max_failures)])
-        if isinstance(outcome, BaseException):
-            raise outcome
         return outcome
 
-    async def apply(self, writes: Sequence[Write]) -> list[int | BaseException]:
-        """Run each write's script in one pipeline: one round trip for every result a batch
-        produced at once (each script stays atomic on its own). Per write: the script's
-        answer (see write_result / record_failure), or the error Redis gave for it."""
-        pipe = self._redis.pipeline(transaction=False)
+    async def apply(self, writes: Sequence[Write]) -> list[int]:
+        """Run every write in one script call: one round trip for all the results a batch
+        produced at once. Per write: 1/0 for a result (see write_result), the failure
+        count for a failed attempt (see record_failure). Raises the RedisError that kept
+        the script from running; then none of the writes happened."""
+        if not writes:
+            return []
+        names = self.names
+        keys: list[str] = [names.results, names.requests, names.failures, names.dead_letters]
+        args: list[Arg] = [names.group, names.result_ttl_s]
         for write in writes:
+            entry, result = write.entry, write.result
+            keys.append(names.done_marker(entry.request_id))
             if write.max_failures is None:
-                keys, args = self._result_call(write.entry, write.result)
-                await self._result(keys=keys, args=args, client=pipe)
+                args += ["r", entry.entry_id, result.request_id, result.status, result.body]
+                args += _RESULT_PADDING
             else:
-                keys, args = self._fail_call(write.entry, write.result, write.max_failures)
-                await self._fail(keys=keys, args=args, client=pipe)
-        replies = await pipe.execute(raise_on_error=False)
-        return [r if isinstance(r, BaseException) else int(r) for r in replies]
-
-    def _result_call(self, entry: StreamEntry, result: Result) -> tuple[list[str], list[Arg]]:
-        names = self.names
-        keys = [
-            names.results,
-            names.done_marker(entry.request_id),
-            names.requests,
-            names.failures,
-        ]
-        args: list[Arg] = [
-            names.group,
-            entry.entry_id,
-            result.request_id,
-            result.status,
-            result.body,
-            names.result_ttl_s,
-        ]
-        return keys, args
-
-    def _fail_call(
-        self, entry: StreamEntry, result: Result, max_failures: int
-    ) -> tuple[list[str], list[Arg]]:
-        names = self.names
-        keys = [
-            names.failures,
-            names.dead_letters,
-            names.results,
-            names.done_marker(entry.request_id),
-            names.requests,
-        ]
-        args: list[Arg] = [
-            names.group,
-            entry.entry_id,
-            max_failures,
-            entry.request_id,
-            result.status,
-            result.body,
-            result.body.decode("utf-8", "replace"),
-            _model_field(entry),
-            entry.body,
-            entry.api.value,
-            names.result_ttl_s,
-        ]
-        return keys, args
+                args += ["f", entry.entry_id, entry.request_id, result.status, result.body]
+                args += [
+                    write.max_failures,
+                    result.body.decode("utf-8", "replace"),
+                    _model_field(entry),
+                    entry.body,
+                    entry.api.value,
+                ]
+        # redis-py's Script runs EVALSHA and loads the script on NOSCRIPT (a restarted
+        # Redis); a pipeline would instead ask SCRIPT EXISTS on every execute.
+        replies: list[Any] = await self._writes(keys=keys, args=args)
+        return [int(r) for r in replies]
 
     async def group_state(self) -> GroupState | None:
         groups: list[dict[str, Any]] = await self._redis.xinfo_groups(self.names.requests)

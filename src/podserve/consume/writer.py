@@ -1,9 +1,9 @@
-"""Coalesce the writes of entries that finish together into one pipeline.
+"""Coalesce the writes of entries that finish together into one script call.
 
 Entries batched into one model call finish in the same instant; writing each result with
 its own round trip (and, with redis-py's asyncio pool, its own connection) costs more
 than the inference. The writer takes whatever is queued when it wakes, sends it as one
-pipeline (`RedisStreams.apply`), and answers each caller with its own script's outcome.
+script call (`RedisStreams.apply`), and answers each caller with its own outcome.
 Every caller still awaits its own write, so an entry is counted done only once its result
 and ack are in Redis.
 """
@@ -24,9 +24,9 @@ class _Queued:
 
 
 class ResultWriter:
-    def __init__(self, streams: RedisStreams, *, max_pipeline: int = 512) -> None:
+    def __init__(self, streams: RedisStreams, *, max_batch: int = 512) -> None:
         self._streams = streams
-        self._max_pipeline = max_pipeline
+        self._max_batch = max_batch
         self._queue: list[_Queued] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -53,22 +53,18 @@ class ResultWriter:
             await self._wake.wait()
             self._wake.clear()
             while self._queue:
-                batch = self._queue[: self._max_pipeline]
-                del self._queue[: self._max_pipeline]
+                batch = self._queue[: self._max_batch]
+                del self._queue[: self._max_batch]
                 await self._flush(batch)
 
     async def _flush(self, batch: list[_Queued]) -> None:
         try:
             outcomes = await self._streams.apply([q.write for q in batch])
-        except Exception as exc:  # the connection: every write in the pipeline failed
+        except Exception as exc:  # no write of the batch happened: each stays pending
             for queued in batch:
                 if not queued.future.done():
                     queued.future.set_exception(exc)
             return
         for queued, outcome in zip(batch, outcomes, strict=True):
-            if queued.future.done():
-                continue
-            if isinstance(outcome, BaseException):
-                queued.future.set_exception(outcome)
-            else:
+            if not queued.future.done():
                 queued.future.set_result(outcome)
