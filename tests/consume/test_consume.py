@@ -376,3 +376,59 @@ async def test_entries_in_flight_longer_than_the_idle_timeout_are_not_claimed(
     assert sorted(r[b"id"] for r in results) == [b"s0", b"s1", b"s2", b"s3"]
     assert h.metrics.claimed._value.get() == 0
     assert h.metrics.duplicates._value.get() == 0
+
+
+async def test_one_flush_writes_results_failures_and_dead_letters_each_as_alone(
+    redis_url: str,
+) -> None:
+    """A flush is one script call for every write in it; each write keeps its own
+    meaning: a result once per id, a failure counted, a dead letter at the limit."""
+    import redis.asyncio as aioredis
+
+    from podserve.consume.contract import Result
+    from podserve.consume.streams import Write
+
+    names = fresh_names()
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        streams = RedisStreams(client, names)
+        await streams.ensure_group()
+        for rid in ("ok", "again", "flaky", "doomed"):
+            await client.xadd(names.requests, {"id": rid, "model": "m/2", "body": b"{}"})
+        await client.xadd(names.requests, {"id": "ok", "model": "m", "body": b"{}"})
+        read = await streams.read_new(10, 100)
+        ok, again, flaky, doomed, ok_twice = read
+        await client.hset(names.failures, doomed.entry_id, 1)  # failed once before
+        boom = Result("x", 500, b'{"error": "boom"}')
+        outcomes = await streams.apply(
+            [
+                Write(ok, Result("ok", 200, b'{"a": 1}')),
+                Write(again, Result("again", 200, b"{}")),
+                Write(flaky, boom, 3),
+                Write(doomed, boom, 2),
+                Write(ok_twice, Result("ok", 200, b'{"a": 2}')),  # same id: not written
+            ]
+        )
+        assert outcomes == [1, 1, 1, -2, 0]
+        results = [f for _id, f in await client.xrange(names.results)]
+        assert [(r[b"id"], r[b"status"]) for r in results] == [
+            (b"ok", b"200"),
+            (b"again", b"200"),
+            (b"doomed", b"500"),
+        ]
+        assert results[0][b"body"] == b'{"a": 1}'
+        dead = [f for _id, f in await client.xrange(names.dead_letters)]
+        assert len(dead) == 1
+        assert (dead[0][b"id"], dead[0][b"model"], dead[0][b"failures"]) == (
+            b"doomed",
+            b"m/2",
+            b"2",
+        )
+        assert dead[0][b"error"] == b'{"error": "boom"}'
+        # Only the failure below its limit stays pending, with its count kept.
+        pending = await client.xpending_range(names.requests, names.group, "-", "+", 10)
+        assert [p["message_id"].decode() for p in pending] == [flaky.entry_id]
+        assert await client.hgetall(names.failures) == {flaky.entry_id.encode(): b"1"}
+        assert await streams.apply([]) == []
+    finally:
+        await client.aclose()
