@@ -464,14 +464,19 @@ def summary_table(result: dict[str, Any]) -> str:
         f"items/s (b32) | {raw['w2']['c1_p50_ms']:.1f} | {raw['w2']['b32_items_s']:,.0f} "
         "items/s (b32) | — | — |",
     ]
+    known = {"podserve-on", "podserve-off", "fastapi", "podserve-on grpc"}
+    variants = sorted({n for by in steps.values() for n in by} - known)
     for name, label, idle_key in (
         ("podserve-on", "podserve, batching on", "podserve-on"),
         ("podserve-off", "podserve, batching off", "podserve-off"),
+        *((v, f"{v} (variant, batching on)", v) for v in variants),
         ("fastapi", "hand-rolled FastAPI", "fastapi-w1"),
         ("podserve-on grpc", "podserve on, gRPC", None),
     ):
-        idle = f"{result['idle_cpu_cores'][idle_key]:.3f}" if idle_key else "—"
-        exit_s = f"{result['sigterm_exit_s'][idle_key]:.2f} s" if idle_key else "—"
+        idle_cpu = result["idle_cpu_cores"].get(idle_key) if idle_key else None
+        exit_s_value = result["sigterm_exit_s"].get(idle_key) if idle_key else None
+        idle = f"{idle_cpu:.3f}" if idle_cpu is not None else "—"
+        exit_s = f"{exit_s_value:.2f} s" if exit_s_value is not None else "—"
         lines.append(
             f"| {label} | {cell('w1_c1', name, 'p50_ms')} | {cell('w1_c64', name, 'rps')} | "
             f"{cell('w2_c1', name, 'p50_ms')} | {cell('w2_c64', name, 'rps')} | {idle} | {exit_s} |"
