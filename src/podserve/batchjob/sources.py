@@ -33,7 +33,7 @@ def load_model(directory: Path) -> LoadedModel:
     config = with_versions(load_model_config(directory))[-1]
     model = load_and_warm(config)
     if not isinstance(model, ModelAPI):
-        model.engine.stop()
+        model.close()
         raise InvalidInput(f"podserve batch scores tensor models; {config.name!r} generates text")
     return LoadedModel(config=config, model=model)
 

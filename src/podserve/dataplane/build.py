@@ -11,8 +11,9 @@ from podserve.config.settings import ServerSettings
 from podserve.core.clock import MONOTONIC
 from podserve.dataplane.dataplane import DataPlane
 from podserve.engine import ModelWorker, Worker, WorkerLimits
-from podserve.generation.loading import GENERATIVE_RUNTIMES, LoadedGenerator
-from podserve.generation.worker import GenerativeLimits, GenerativeWorker
+from podserve.generation.client import EngineClient
+from podserve.generation.registry import EngineServices, is_generative
+from podserve.generation.served import EngineWorker
 from podserve.lifecycle import Lifecycle
 from podserve.obs.metrics import Metrics
 from podserve.obs.payload_sinks import HttpCloudEventsSink, JsonlFileSink
@@ -28,20 +29,12 @@ def build_dataplane(settings: ServerSettings, loop: asyncio.AbstractEventLoop) -
         for c in discover_models(settings.model_repository, settings.models)
     ]
 
-    def make_worker(config: ModelConfig, model: ModelAPI | LoadedGenerator) -> Worker:
-        if isinstance(model, LoadedGenerator):
-            return GenerativeWorker(
+    def make_worker(config: ModelConfig, model: ModelAPI | EngineClient) -> Worker:
+        if not isinstance(model, ModelAPI):  # a text engine (generation/registry.py)
+            return EngineWorker(
                 config=config,
-                executor=model.executor,
-                engine=model.engine,
-                limits=GenerativeLimits(
-                    max_queue=config.limits.max_queue or settings.max_queue,
-                    max_tokens_cap=model.max_tokens_cap,
-                    max_queued_prompt_tokens=model.max_queued_prompt_tokens,
-                    max_batch_time_s=config.limits.max_batch_time_s,
-                    max_num_seqs=model.max_num_seqs,
-                ),
-                metrics=metrics.for_generation(config.name),
+                client=model,
+                max_queue=config.limits.max_queue or settings.max_queue,
                 clock=MONOTONIC,
             )
         limits = WorkerLimits(
@@ -81,6 +74,9 @@ def build_dataplane(settings: ServerSettings, loop: asyncio.AbstractEventLoop) -
         ),
         on_loaded=on_loaded,
         on_event=on_event,
+        engines=EngineServices(
+            metrics=metrics.for_generation, clock=MONOTONIC, default_max_queue=settings.max_queue
+        ),
     )
     lifecycle = Lifecycle(repository, MONOTONIC, load_stall_timeout_s=settings.load_stall_timeout_s)
     dataplane = DataPlane(
@@ -99,7 +95,7 @@ def with_generation_defaults(config: ModelConfig, settings: ServerSettings) -> M
     """Server-wide generation limits (`--max-concurrent-sequences`, `--max-context-tokens`,
     which `podserve render` sets from the spec) as defaults under a generative model's own
     parameters."""
-    if config.runtime not in GENERATIVE_RUNTIMES:
+    if not is_generative(config.runtime):
         return config
     defaults: dict[str, object] = {}
     if settings.max_concurrent_sequences is not None:

@@ -55,7 +55,7 @@ from podserve.dataplane.types import (
     ServerMetadata,
 )
 from podserve.engine import Worker
-from podserve.generation.loading import GENERATIVE_RUNTIMES
+from podserve.generation.registry import is_generative
 from podserve.lifecycle import Lifecycle
 from podserve.obs.collector import (
     GenerationState,
@@ -139,7 +139,7 @@ class DataPlane:
 
     def is_generative(self, name: str, version: str | None = None) -> bool:
         """Whether the model generates text (its requests go to `generate`)."""
-        return self._repository.entry(name, version).config.runtime in GENERATIVE_RUNTIMES
+        return is_generative(self._repository.entry(name, version).config.runtime)
 
     def model_ready(self, name: str, version: str | None = None) -> bool:
         return self._repository.entry(name, version).state is ModelState.READY

@@ -10,7 +10,7 @@ from __future__ import annotations
 from podserve.core.triton import ModelStatistics
 from podserve.dataplane.types import ModelConfigView
 from podserve.engine.stats import StatsRecorder
-from podserve.generation.loading import GENERATIVE_RUNTIMES
+from podserve.generation.registry import is_generative
 from podserve.repository import ModelEntry, ModelRepository, ModelState
 
 
@@ -22,7 +22,7 @@ def model_config(repository: ModelRepository, name: str, version: str | None) ->
         inputs, outputs, batches = worker.inputs, worker.outputs, worker.dynamic_batching
     else:  # not loaded: what its model.yaml declares
         inputs, outputs = config.input_specs(), config.output_specs()
-        batches = config.batching.enabled and config.runtime not in GENERATIVE_RUNTIMES
+        batches = config.batching.enabled and not is_generative(config.runtime)
     batching = config.batching
     return ModelConfigView(
         name=config.name,

@@ -5,7 +5,8 @@ Modelled on vLLM's `EngineClient` (vllm/engine/protocol.py: `generate`, `abort`,
 in-process or a multi-process engine through one interface. The in-house engine
 (`generation/worker.py` over `generation/engine.py`) implements it; a second engine (vLLM
 on a GPU, a remote OpenAI-compatible upstream) is one new module that implements it and
-is registered like a runtime (see docs/architecture.md, "Adding a text engine").
+is registered like a runtime (`generation/registry.py`; docs/architecture.md, "Where
+things go").
 
 One difference from vLLM, on purpose: `admit` is synchronous and all-or-none. It checks
 every limit and reserves the engine's slots for all of a request's sequences (OpenAI's
@@ -61,3 +62,7 @@ class EngineClient(Protocol):
         ...
 
     def stats(self) -> EngineStats: ...
+
+    def close(self) -> None:
+        """Stop the engine (its threads, its upstream connections) when unloaded."""
+        ...

@@ -18,8 +18,6 @@ from podserve.generation.sampling import SamplingParams
 from podserve.runtimes.parameters import GenerationParameters, validate_parameters
 from podserve.scheduling import SchedulerConfig
 
-GENERATIVE_RUNTIMES = frozenset({"transformers"})
-
 
 @dataclass(frozen=True, slots=True)
 class LoadedGenerator:

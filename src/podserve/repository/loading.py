@@ -7,7 +7,13 @@ from pathlib import Path
 
 from podserve.config.model_config import ModelConfig
 from podserve.core.errors import ModelLoadFailed
-from podserve.generation.loading import GENERATIVE_RUNTIMES, LoadedGenerator, load_generator
+from podserve.generation.client import EngineClient
+from podserve.generation.registry import (
+    EngineServices,
+    is_generative,
+    load_engine,
+    standalone_services,
+)
 from podserve.repository.discovery import resolve_fetched
 from podserve.runtimes import LoadContext, ModelAPI, create_model
 from podserve.runtimes.parameters import validate_parameters
@@ -58,10 +64,15 @@ def model_size_bytes(config: ModelConfig) -> int:
     return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
 
 
-def load_and_warm(config: ModelConfig) -> ModelAPI | LoadedGenerator:
+def load_and_warm(
+    config: ModelConfig, engines: EngineServices | None = None
+) -> ModelAPI | EngineClient:
+    """A tensor model (its runtime's `ModelAPI`), or a text engine's client for a runtime
+    registered in `generation/registry.py`; `engines` lends a text engine the serving
+    process's metrics and queue bound (default: a private registry)."""
     verify_digest(config)
-    if config.runtime in GENERATIVE_RUNTIMES:
-        return load_generator(config)
+    if is_generative(config.runtime):
+        return load_engine(config, engines or standalone_services())
     model = create_model(config)
     directory = config.directory or config.artifact_path().parent
     options = validate_parameters(

@@ -32,7 +32,8 @@ from podserve.core.errors import (
     Unavailable,
 )
 from podserve.engine import Worker
-from podserve.generation.loading import LoadedGenerator
+from podserve.generation.client import EngineClient
+from podserve.generation.registry import EngineServices
 from podserve.repository.loading import fetch_source, load_and_warm, model_size_bytes
 from podserve.runtimes import ModelAPI
 
@@ -40,7 +41,7 @@ log = logging.getLogger("podserve.repository")
 
 # A loaded model's worker, made from what its runtime loaded: a tensor model, or a text
 # generator (see engine/worker.py for the one protocol both implement).
-WorkerFactory = Callable[[ModelConfig, ModelAPI | LoadedGenerator], Worker]
+WorkerFactory = Callable[[ModelConfig, ModelAPI | EngineClient], Worker]
 LATEST = "latest"
 
 
@@ -89,6 +90,7 @@ class ModelRepository:
         policy: RepositoryPolicy,
         on_loaded: Callable[[ModelEntry], None] | None = None,
         on_event: Callable[[str, ModelEntry], None] | None = None,
+        engines: EngineServices | None = None,
     ) -> None:
         self._entries = {(c.name, c.version): ModelEntry(c) for c in configs}
         self._latest: dict[str, str] = {}
@@ -101,6 +103,7 @@ class ModelRepository:
         self._policy = policy
         self._on_loaded = on_loaded
         self._on_event = on_event
+        self._engines = engines
         # One memory decision at a time, so two loads never both count the same free room.
         self._budget_lock = asyncio.Lock()
         self.last_progress_s = clock.now_s()
@@ -187,7 +190,7 @@ class ModelRepository:
                     self.last_progress_s = self._clock.now_s()
                 entry.memory_bytes = config.memory_bytes or model_size_bytes(config)
                 await self._make_room(entry)
-                model = await asyncio.to_thread(load_and_warm, config)
+                model = await asyncio.to_thread(load_and_warm, config, self._engines)
             except Unavailable as exc:
                 entry.state, entry.error = ModelState.UNAVAILABLE, exc.message
                 raise
