@@ -19,7 +19,7 @@ SLO = Slo(e2e_s=0.025)
 
 
 def drive(search: CeilingSearch, slo: Slo) -> list[StepSummary]:
-    steps = []
+    steps: list[StepSummary] = []
     while (level := search.next_level()) is not None:
         assert level not in [s.level for s in steps], "a level is never measured twice"
         step = capacity_step(level, slo, CAPACITY)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 import numpy as np
@@ -33,7 +33,7 @@ from podserve.server.grpc import start_grpc_server, stop_grpc_server
 from podserve.server.grpc.service import INFER_ENDPOINT, STREAM_INFER_ENDPOINT
 from tests.grpc.fake_dataplane import FakeDataPlane
 
-Client = triton_aio.InferenceServerClient
+Client: TypeAlias = triton_aio.InferenceServerClient
 
 
 def infer_input(name: str, data: np.ndarray[Any, Any], datatype: str) -> InferInput:

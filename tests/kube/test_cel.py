@@ -166,7 +166,7 @@ def _widget_crd(rules: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_rule_semantics_beyond_the_bundled_crds(tmp_path: Path) -> None:
-    rules = [
+    rules: list[dict[str, Any]] = [
         {
             "rule": "self.low <= self.high",
             "messageExpression": "'low ' + string(self.low) + ' is above high'",

@@ -8,7 +8,7 @@ import json
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -140,7 +140,11 @@ class _Receiver(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def receiver() -> Iterator[tuple[str, type[_Receiver]]]:
-    handler = type("Receiver", (_Receiver,), {"bodies": [], "gate": threading.Event()})
+    # a subclass per test, so class-level state is not shared between tests
+    handler = cast(
+        type[_Receiver],
+        type("Receiver", (_Receiver,), {"bodies": [], "gate": threading.Event()}),
+    )
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}/events", handler

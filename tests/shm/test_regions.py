@@ -92,7 +92,7 @@ def test_register_refuses_windows_past_the_end_of_the_object(
     with pytest.raises(InvalidInput, match="byte_size"):
         table.register("r", "/small", 0, 0)
     with pytest.raises(InvalidInput, match="offset"):
-        table.register("r", "/small", True, 8)  # type: ignore[arg-type]  # a JSON bool
+        table.register("r", "/small", True, 8)  # a JSON bool (an int to Python)
     assert table.status() == []
 
 
@@ -172,10 +172,12 @@ def test_regions_tritonclient_style_in_dev_shm() -> None:
     try:
         table = SystemSharedMemory()
         table.register("input", "/" + created.name, 0, 256)
-        np.frombuffer(created.buf, dtype=np.int32)[:4] = [1, 2, 3, 4]
+        buf = created.buf
+        assert buf is not None  # None only after close()
+        np.frombuffer(buf, dtype=np.int32)[:4] = [1, 2, 3, 4]
         assert np.frombuffer(table.view("input", 0, 16), dtype=np.int32).tolist() == [1, 2, 3, 4]
         table.view("input", 16, 4)[:] = np.int32(42).tobytes()
-        assert int(np.frombuffer(created.buf, dtype=np.int32)[4]) == 42
+        assert int(np.frombuffer(buf, dtype=np.int32)[4]) == 42
         table.close()
     finally:
         created.close()

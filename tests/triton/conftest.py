@@ -73,7 +73,10 @@ class Regions:
         shm.set_shared_memory_region(self.handles[name], list(arrays), offset=offset)
 
     def get(self, name: str, dtype: Any, shape: list[int], offset: int = 0) -> np.ndarray:
-        return shm.get_contents_as_numpy(self.handles[name], dtype, shape, offset=offset)
+        contents: np.ndarray = shm.get_contents_as_numpy(  # tritonclient is untyped
+            self.handles[name], dtype, shape, offset=offset
+        )
+        return contents
 
     def path(self, name: str) -> Path:
         return Path("/dev/shm") / self.keys[name].lstrip("/")

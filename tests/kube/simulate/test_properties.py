@@ -15,6 +15,9 @@ from podserve.kube.simulate.traffic import Trace
 
 from .builders import SERVE, deployment, gpu_cluster, headroom, pdb
 
+# maxSurge / maxUnavailable: a count or a percentage, as Kubernetes takes them
+SURGES: list[int | str] = [0, 1, "25%"]
+
 
 def _hpa(low: int, high: int) -> dict[str, Any]:
     return {
@@ -76,8 +79,8 @@ def worlds(draw: st.DrawFn) -> tuple[Simulation, int, int, int]:
             "serve",
             replicas,
             SERVE,
-            surge=draw(st.sampled_from([0, 1, "25%"])),
-            unavailable=draw(st.sampled_from([0, 1, "25%"])),
+            surge=draw(st.sampled_from(SURGES)),
+            unavailable=draw(st.sampled_from(SURGES)),
             strategy=draw(st.sampled_from(["RollingUpdate", "Recreate"])),
             load_s=draw(st.sampled_from([5, 30, 400])),
             grace_s=20,

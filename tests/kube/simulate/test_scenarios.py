@@ -3,16 +3,16 @@ manager, scheduler), reproduced as scenarios."""
 
 from __future__ import annotations
 
-from podserve.kube.simulate import build_summary, parse_event
+from podserve.kube.simulate import Simulation, build_summary, parse_event
 from podserve.kube.simulate.pdb import TOO_MANY_REQUESTS
-from podserve.kube.simulate.state import Phase
+from podserve.kube.simulate.state import Phase, Pod
 
 from .builders import gpu_cluster, reference_manifests, simulation
 
 SETTLE_S = 300  # image pull 60 s + load 60 s, with room to spare
 
 
-def _pod(sim, prefix):  # type: ignore[no-untyped-def]
+def _pod(sim: Simulation, prefix: str) -> list[Pod]:
     return [p for owner in sim.world.pods.values() for p in owner if p.name.startswith(prefix)]
 
 
