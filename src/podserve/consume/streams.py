@@ -1,5 +1,6 @@
-"""Redis Streams I/O for the consumer: the group, reads, claims, and the two atomic
-writes (a result with its ack; a dead letter with its ack).
+"""Redis Streams I/O for the consumer: the group, reads, claims, and the atomic writes
+(a result with its ack; a failed attempt counted; a dead letter with its ack), every
+write of one flush in one script call.
 
 Delivery semantics (https://redis.io/docs/latest/develop/data-types/streams/):
 - XREADGROUP `>` hands each new entry to one consumer of the group and records it in the
@@ -27,39 +28,40 @@ from podserve.consume.contract import Result, StreamEntry, parse_entry
 # Every write of one flush in one script call: one round trip and one script run for the
 # batch, each write keeping its own semantics (and the whole batch atomic).
 # KEYS: results, requests, failures hash, dead letters, then write i's done marker at 4+i
-# ARGV: group, marker ttl (s), then 10 fields per write: kind ('r' a result, 'f' a failed
-#       attempt), entry id, request id, status, result body, max failures, error, model,
-#       request body, api (the last five only for 'f')
+# ARGV: group, marker ttl (s), then per write in order
+#       'r' (a result): entry id, request id, status, body
+#       'f' (a failed attempt): entry id, request id, status, body, max failures, error,
+#           model, request body, api
 # Returns per write: 1/0 for a result (0: one existed), the failure count for a failed
 # attempt, negated when it went to the dead-letter stream.
 _WRITES_LUA = """
 local out = {}
 local group, ttl = ARGV[1], ARGV[2]
-for i = 1, (#ARGV - 2) / 10 do
-  local a = 2 + (i - 1) * 10
-  local entry, marker = ARGV[a + 2], KEYS[4 + i]
+local a = 3
+for i = 1, #KEYS - 4 do
+  local failed = ARGV[a] == 'f'
+  local entry, rid, status, body = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   local count = 0
-  if ARGV[a + 1] == 'f' then
+  if failed then
     count = redis.call('HINCRBY', KEYS[3], entry, 1)
   end
-  if ARGV[a + 1] == 'f' and count < tonumber(ARGV[a + 6]) then
+  if failed and count < tonumber(ARGV[a + 5]) then
     out[i] = count
   else
-    if count > 0 then
-      redis.call('XADD', KEYS[4], '*', 'id', ARGV[a + 3], 'model', ARGV[a + 8],
-                 'body', ARGV[a + 9], 'api', ARGV[a + 10], 'entry', entry,
-                 'error', ARGV[a + 7], 'failures', count)
+    if failed then
+      redis.call('XADD', KEYS[4], '*', 'id', rid, 'model', ARGV[a + 7], 'body', ARGV[a + 8],
+                 'api', ARGV[a + 9], 'entry', entry, 'error', ARGV[a + 6], 'failures', count)
     end
     local written = 0
-    if redis.call('SET', marker, entry, 'NX', 'EX', ttl) then
-      redis.call('XADD', KEYS[1], '*', 'id', ARGV[a + 3], 'status', ARGV[a + 4],
-                 'body', ARGV[a + 5])
+    if redis.call('SET', KEYS[4 + i], entry, 'NX', 'EX', ttl) then
+      redis.call('XADD', KEYS[1], '*', 'id', rid, 'status', status, 'body', body)
       written = 1
     end
     redis.call('XACK', KEYS[2], group, entry)
     redis.call('HDEL', KEYS[3], entry)
-    if count > 0 then out[i] = -count else out[i] = written end
+    if failed then out[i] = -count else out[i] = written end
   end
+  if failed then a = a + 10 else a = a + 5 end
 end
 return out
 """
@@ -83,7 +85,6 @@ class StreamNames:
 
 
 Arg = str | bytes | int
-_RESULT_PADDING: tuple[Arg, ...] = ("", "", "", "", "")  # a result's unused failure fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +193,6 @@ class RedisStreams:
             keys.append(names.done_marker(entry.request_id))
             if write.max_failures is None:
                 args += ["r", entry.entry_id, result.request_id, result.status, result.body]
-                args += _RESULT_PADDING
             else:
                 args += ["f", entry.entry_id, entry.request_id, result.status, result.body]
                 args += [
