@@ -12,12 +12,20 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from openai.types import Completion, CompletionUsage
+from openai.types.chat import ChatCompletion, ChatCompletionMessageParam, ChatCompletionTokenLogprob
 
 from tests.support.server import ServerProcess, wait_until
 
 pytest.importorskip("transformers")
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def usage(result: Completion | ChatCompletion) -> CompletionUsage:
+    """The usage podserve always reports (the SDK types it optional)."""
+    assert result.usage is not None
+    return result.usage
 
 
 @pytest.fixture(scope="module")
@@ -54,9 +62,9 @@ def test_completion_returns_text_usage_and_finish_reason(client: openai.OpenAI) 
     choice = result.choices[0]
     assert choice.finish_reason == "length"
     assert len(choice.text) > 0
-    assert result.usage.completion_tokens == 12
-    assert result.usage.prompt_tokens > 0
-    assert result.usage.total_tokens == result.usage.prompt_tokens + 12
+    assert usage(result).completion_tokens == 12
+    assert usage(result).prompt_tokens > 0
+    assert usage(result).total_tokens == usage(result).prompt_tokens + 12
     # Greedy decoding is deterministic.
     again = client.completions.create(
         model="tiny",
@@ -69,7 +77,9 @@ def test_completion_returns_text_usage_and_finish_reason(client: openai.OpenAI) 
 
 
 def test_chat_streaming_and_not_agree(client: openai.OpenAI) -> None:
-    messages = [{"role": "user", "content": "What does json.dumps do?"}]
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "user", "content": "What does json.dumps do?"}
+    ]
     whole = client.chat.completions.create(
         model="tiny", messages=messages, max_tokens=20, temperature=0
     )
@@ -90,7 +100,7 @@ def test_chat_streaming_and_not_agree(client: openai.OpenAI) -> None:
     assert text == whole.choices[0].message.content
     assert finishes == [whole.choices[0].finish_reason]
     assert chunks[-1].usage is not None
-    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    assert chunks[-1].usage.completion_tokens == usage(whole).completion_tokens
 
 
 def test_stop_strings_cut_the_text(client: openai.OpenAI) -> None:
@@ -128,7 +138,7 @@ def test_n_choices_are_independent_sequences(client: openai.OpenAI) -> None:
     )
     assert [c.index for c in result.choices] == [0, 1, 2]
     assert all(c.finish_reason == "length" for c in result.choices)
-    assert result.usage.completion_tokens == 30  # the prompt counts once
+    assert usage(result).completion_tokens == 30  # the prompt counts once
     assert len({c.text for c in result.choices}) > 1  # seeds 11, 12, 13 differ
     again = client.completions.create(
         model="tiny",
@@ -200,15 +210,19 @@ def test_completion_logprobs_name_each_token_and_its_alternatives(
     )
     logprobs = result.choices[0].logprobs
     assert logprobs is not None
-    assert len(logprobs.tokens) == len(logprobs.token_logprobs) == 8
+    tokens, token_logprobs, top_logprobs = (
+        logprobs.tokens,
+        logprobs.token_logprobs,
+        logprobs.top_logprobs,
+    )
+    assert tokens is not None
+    assert token_logprobs is not None
+    assert top_logprobs is not None
+    assert len(tokens) == len(token_logprobs) == 8
     # tokens are named as decoded one by one, special tokens included (the text skips them)
-    assert re.sub(r"<\|\w+\|>", "", "".join(logprobs.tokens)) == result.choices[0].text
-    assert logprobs.text_offset == [
-        sum(len(t) for t in logprobs.tokens[:i]) for i in range(len(logprobs.tokens))
-    ]
-    for token, logprob, top in zip(
-        logprobs.tokens, logprobs.token_logprobs, logprobs.top_logprobs, strict=True
-    ):
+    assert re.sub(r"<\|\w+\|>", "", "".join(tokens)) == result.choices[0].text
+    assert logprobs.text_offset == [sum(len(t) for t in tokens[:i]) for i in range(len(tokens))]
+    for token, logprob, top in zip(tokens, token_logprobs, top_logprobs, strict=True):
         assert logprob <= 0
         assert 1 <= len(top) <= 3  # tokens that decode alike share a key
         # greedy: the chosen token is the likeliest one
@@ -217,12 +231,17 @@ def test_completion_logprobs_name_each_token_and_its_alternatives(
     plain = client.completions.create(
         model="tiny", prompt="The function returns", max_tokens=8, temperature=0, logprobs=0
     )
-    assert plain.choices[0].logprobs.top_logprobs is None
-    assert len(plain.choices[0].logprobs.token_logprobs) == plain.usage.completion_tokens
+    plain_logprobs = plain.choices[0].logprobs
+    assert plain_logprobs is not None
+    assert plain_logprobs.top_logprobs is None
+    assert plain_logprobs.token_logprobs is not None
+    assert len(plain_logprobs.token_logprobs) == usage(plain).completion_tokens
 
 
 def test_chat_logprobs_stream_one_item_per_token(client: openai.OpenAI) -> None:
-    messages = [{"role": "user", "content": "What does json.dumps do?"}]
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "user", "content": "What does json.dumps do?"}
+    ]
     whole = client.chat.completions.create(
         model="tiny",
         messages=messages,
@@ -231,14 +250,18 @@ def test_chat_logprobs_stream_one_item_per_token(client: openai.OpenAI) -> None:
         logprobs=True,
         top_logprobs=2,
     )
-    content = whole.choices[0].logprobs.content
-    assert len(content) == whole.usage.completion_tokens
+    whole_logprobs = whole.choices[0].logprobs
+    assert whole_logprobs is not None
+    content = whole_logprobs.content
+    assert content is not None
+    assert len(content) == usage(whole).completion_tokens
     for item in content:
+        assert item.bytes is not None
         assert bytes(item.bytes).decode() == item.token
         assert len(item.top_logprobs) == 2
         assert item.top_logprobs[0].logprob >= item.top_logprobs[1].logprob
         assert item.logprob == pytest.approx(item.top_logprobs[0].logprob, abs=1e-5)
-    streamed = []
+    streamed: list[ChatCompletionTokenLogprob] = []
     for chunk in client.chat.completions.create(
         model="tiny",
         messages=messages,
@@ -249,7 +272,7 @@ def test_chat_logprobs_stream_one_item_per_token(client: openai.OpenAI) -> None:
         stream=True,
     ):
         if chunk.choices and chunk.choices[0].logprobs is not None:
-            streamed += chunk.choices[0].logprobs.content
+            streamed += chunk.choices[0].logprobs.content or []
     assert [(i.token, round(i.logprob, 4)) for i in streamed] == [
         (i.token, round(i.logprob, 4)) for i in content
     ]
@@ -363,7 +386,7 @@ def test_server_wide_generation_limits_from_the_environment() -> None:
             temperature=0,
             extra_body={"ignore_eos": True},
         )
-        assert ok.usage.completion_tokens == 4
+        assert usage(ok).completion_tokens == 4
 
 
 def test_triton_generate_extension(server: ServerProcess, client: openai.OpenAI) -> None:
