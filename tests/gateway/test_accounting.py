@@ -17,7 +17,7 @@ from podserve.gateway.errors import OverLimit
 from podserve.gateway.keys import KeyRecord, key_id_of, new_key
 from podserve.gateway.store.base import Outcome
 from podserve.gateway.store.sqlite import SqliteStore
-from podserve.gateway.wire import Endpoint, billable
+from podserve.gateway.wire import Billable, Endpoint, billable
 
 CONFIG = """
 prices: {m: {inputPerMillionUsd: 1, outputPerMillionUsd: 2}}
@@ -40,7 +40,7 @@ async def _setup(tmp_path: Path, wait_s: float) -> tuple[Accounting, KeyRecord, 
     )
 
 
-def _bill(max_tokens: int) -> object:
+def _bill(max_tokens: int) -> Billable:
     return billable({"model": "m", "prompt": "abc", "max_tokens": max_tokens}, Endpoint.COMPLETIONS)
 
 

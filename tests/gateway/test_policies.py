@@ -129,11 +129,37 @@ def test_least_loaded_ready_pod_first_then_fallback() -> None:
     router.update_load("http://c", EndpointLoad(ready=False))
     plan = router.plan("m", 0.0)
     assert [t.base_url for t in plan] == ["http://b", "http://a", "http://h/v1"]
-    # Saturated (over maxWaiting) and not-ready pods are skipped: straight to the fallback.
+    # Saturated (over maxWaiting) and not-ready pods are skipped: the fallback first, the
+    # saturated pod only as a retry.
     router.update_load("http://a", EndpointLoad(ready=True, waiting=9))
     router.update_load("http://b", EndpointLoad(ready=False))
-    assert [t.upstream for t in router.plan("m", 0.0)] == ["hosted"]
+    assert [t.base_url for t in router.plan("m", 0.0)] == ["http://h/v1", "http://a"]
     assert router.plan("unknown", 0.0) == []
+
+
+def test_a_saturated_pool_never_spills_into_the_canarys_share() -> None:
+    router = Router(
+        GatewayConfig.model_validate(
+            {
+                "pools": [
+                    {
+                        "name": "stable",
+                        "models": ["m"],
+                        "endpoints": ["http://a"],
+                        "weight": 95,
+                        "maxWaiting": 4,
+                    },
+                    {"name": "canary", "models": ["m"], "endpoints": ["http://c"], "weight": 5},
+                ],
+            }
+        )
+    )
+    router.update_load("http://a", EndpointLoad(ready=True, waiting=50))  # saturated
+    router.update_load("http://c", EndpointLoad(ready=True))
+    firsts = [router.plan("m", 0.0)[0].upstream for _ in range(200)]
+    assert firsts.count("canary") == 10
+    router.update_load("http://a", EndpointLoad(ready=False))  # down: then it overflows
+    assert router.plan("m", 0.0)[0].upstream == "canary"
 
 
 def test_saturated_pods_still_serve_when_there_is_no_fallback() -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.gateway.conftest import Pods, base_config
@@ -38,7 +39,9 @@ def client(gateway: GatewayProcess, key: str) -> openai.OpenAI:
 
 
 def test_chat_through_the_gateway_matches_the_pod(client: openai.OpenAI, pods: Pods) -> None:
-    messages = [{"role": "user", "content": "What does json.dumps do?"}]
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "user", "content": "What does json.dumps do?"}
+    ]
     raw = client.chat.completions.with_raw_response.create(
         model="tiny-lm", messages=messages, max_tokens=12, temperature=0
     )

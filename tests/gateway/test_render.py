@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -20,7 +21,7 @@ from tests.gateway.support import ROOT
 SPEC = ROOT / "examples" / "gateway" / "gateway-k8s.yaml"
 
 
-def _render(text: str) -> list[dict[str, object]]:
+def _render(text: str) -> list[dict[str, Any]]:  # manifests: nested YAML data
     return list(render_gateway(load_gateway_spec(text, "spec")))
 
 
@@ -37,16 +38,16 @@ def test_render_makes_the_objects_a_replicated_proxy_needs() -> None:
     ]
     by_kind = {str(o["kind"]): o for o in objects}
     deployment = by_kind["Deployment"]
-    assert deployment["spec"]["replicas"] >= 2  # type: ignore[index]
-    hpa = by_kind["HorizontalPodAutoscaler"]["spec"]  # type: ignore[index]
+    assert deployment["spec"]["replicas"] >= 2
+    hpa = by_kind["HorizontalPodAutoscaler"]["spec"]
     assert hpa["metrics"][0]["resource"]["name"] == "cpu"
-    container = deployment["spec"]["template"]["spec"]["containers"][0]  # type: ignore[index]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["args"][:3] == ["gateway", "--config", "/etc/podserve-gateway/gateway.yaml"]
     refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"]}
     assert refs["GATEWAY_REDIS_URL"] == {"name": "gateway-store", "key": "redis-url"}
     assert refs["HOSTED_API_KEY"] == {"name": "hosted-provider", "key": "api-key"}
     assert "Secret" not in kinds  # referenced, never rendered
-    config_text = by_kind["ConfigMap"]["data"]["gateway.yaml"]  # type: ignore[index]
+    config_text = by_kind["ConfigMap"]["data"]["gateway.yaml"]
     config = load_gateway_config(config_text)
     assert config.store.kind == "redis-postgres"
     assert [p.weight for p in config.pools] == [95, 5]
@@ -66,9 +67,9 @@ def test_the_lint_rule_flags_the_same_deployment_on_sqlite() -> None:
     objects = _render(SPEC.read_text())
     for obj in objects:
         if obj["kind"] == "ConfigMap":
-            body = yaml.safe_load(obj["data"]["gateway.yaml"])  # type: ignore[index]
+            body = yaml.safe_load(obj["data"]["gateway.yaml"])
             body["store"] = {"kind": "sqlite", "path": "/tmp/gw.db"}
-            obj["data"]["gateway.yaml"] = yaml.safe_dump(body)  # type: ignore[index]
+            obj["data"]["gateway.yaml"] = yaml.safe_dump(body)
     result = lint_documents(parse_documents(dump_all(objects), "edited"), ALL_RULES)
     assert [f.rule_id for f in result.findings] == ["gateway-replicas-without-shared-store"]
 

@@ -167,3 +167,31 @@ def test_retries_on_503_stay_within_the_budget(pods: Pods, overloaded: str, tmp_
     assert retries <= 30 * 0.2
     # A 503 reached the client only when the retry budget had nothing left.
     assert codes.count(503) + retries >= 1
+
+
+async def test_a_pod_is_taken_out_after_three_unanswered_scrapes() -> None:
+    from podserve.config.gateway_config import GatewayConfig
+    from podserve.gateway.routing import Router
+    from podserve.gateway.scrape import Scraper
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Overloaded)  # answers GETs with 200
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    router = Router(
+        GatewayConfig.model_validate(
+            {"pools": [{"name": "p", "models": ["m"], "endpoints": [url]}]}
+        )
+    )
+    scraper = Scraper(router, interval_s=3600)  # driven by hand below
+    await scraper.start()
+    try:
+        assert [t.base_url for t in router.plan("m", 0.0)] == [url]
+        server.shutdown()
+        server.server_close()  # now every scrape is refused
+        for _ in range(2):
+            await scraper.refresh()
+            assert [t.base_url for t in router.plan("m", 0.0)] == [url]  # one slow scrape
+        await scraper.refresh()
+        assert router.plan("m", 0.0) == []
+    finally:
+        await scraper.stop()

@@ -7,9 +7,9 @@ kubernetes-sigs/gateway-api-inference-extension pkg/epp/scheduling/framework/plu
 a pod's queue is `waiting + running` from its last scrape plus the requests this gateway
 sent it since (scrapes are up to one interval stale, and a burst would otherwise all land on
 the pod that looked idle). A pod is skipped when its /ready failed, its breaker is open, or
-its waiting count is over the pool's `maxWaiting` (saturated). With no eligible pod in the
-chosen pool, the other pools serving the model come next, then the fallbacks in order; with
-no fallback either, the least loaded saturated pod (its own queue decides).
+its waiting count is over the pool's `maxWaiting` (saturated). A saturated pool's request
+goes to the fallbacks in order, or, with none, to its least loaded pod (its own queue
+decides); only a pool with no ready pod spills into the other pools (see `plan`).
 
 The split between pools is nginx's smooth weighted round-robin
 (nginx/nginx src/http/ngx_http_upstream_round_robin.c, ngx_http_upstream_get_peer): over
@@ -108,26 +108,31 @@ class Router:
         return model in self._routes
 
     def plan(self, model: str, now_s: float) -> list[Target]:
-        """Targets to try in order; empty when nothing can serve the model now."""
+        """Targets to try in order; empty when nothing can serve the model now.
+
+        The weighted split is kept strict: a saturated pool sends its share to the
+        fallbacks (or, with none, to its own least loaded pod), never into another pool's
+        share — a 5% canary stays 5% under load. Only a pool with no ready pod at all
+        overflows into the other pools. Later entries are for retries.
+        """
         routes = self._routes.get(model)
         if routes is None:
             return []
-        order: list[Target] = []
+        fallbacks = [t for t in routes.fallbacks if self.breaker(t.base_url).allows(now_s)]
         chosen = self._pick_pool(routes.pools)
-        pools = (
-            routes.pools
-            if chosen is None
-            else [chosen] + [p for p in routes.pools if p is not chosen]
-        )
-        for pool in pools:
-            order.extend(self._rank(pool, now_s))
-        order.extend(t for t in routes.fallbacks if self.breaker(t.base_url).allows(now_s))
-        if not order:
-            # Saturated everywhere and nowhere to overflow: the least loaded ready pod
-            # still beats a refusal here (it has its own admission queue).
-            for pool in pools:
-                order.extend(self._rank(pool, now_s, saturated_ok=True))
-        return order
+        if chosen is None:
+            return fallbacks
+        others: list[Target] = []
+        for pool in routes.pools:
+            if pool is not chosen:
+                others.extend(self._rank(pool, now_s))
+        primary = self._rank(chosen, now_s)
+        if primary:
+            return primary + fallbacks + others
+        saturated = self._rank(chosen, now_s, saturated_ok=True)
+        if saturated:  # ready but over maxWaiting
+            return fallbacks + saturated + others if fallbacks else saturated + others
+        return others + fallbacks  # the chosen pool is down
 
     def _pick_pool(self, pools: list[_PoolState]) -> _PoolState | None:
         live = [p for p in pools if p.weight > 0]

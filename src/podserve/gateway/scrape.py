@@ -22,6 +22,7 @@ _WAITING = ("vllm:num_requests_waiting", "podserve_queue_depth")
 _RUNNING = ("vllm:num_requests_running",)
 _KV = ("vllm:kv_cache_usage_perc",)
 _WANTED = frozenset(_WAITING + _RUNNING + _KV)
+MISSES_BEFORE_DOWN = 3
 
 
 def parse_load(text: str, ready: bool) -> EndpointLoad:
@@ -61,14 +62,14 @@ async def _get(session: aiohttp.ClientSession, url: str) -> tuple[int, str]:
         return response.status, await response.text()
 
 
-async def scrape_once(session: aiohttp.ClientSession, endpoint: str) -> EndpointLoad:
-    """One pod's load; a pod that does not answer both probes counts as not ready."""
+async def scrape_once(session: aiohttp.ClientSession, endpoint: str) -> EndpointLoad | None:
+    """One pod's load, or None when it did not answer (refused, timed out)."""
     try:
         (ready, _), (status, text) = await asyncio.gather(
             _get(session, f"{endpoint}/ready"), _get(session, f"{endpoint}/metrics")
         )
     except (TimeoutError, aiohttp.ClientError, OSError, UnicodeDecodeError):
-        return EndpointLoad(ready=False)
+        return None
     if status != 200:
         return EndpointLoad(ready=False)
     return parse_load(text, ready == 200)
@@ -82,6 +83,7 @@ class Scraper:
         self._interval_s = interval_s
         self._timeout_s = timeout_s
         self._session: aiohttp.ClientSession | None = None
+        self._misses: dict[str, int] = {}
         self._task: asyncio.Task[None] | None = None
         self.rounds = 0
 
@@ -91,7 +93,15 @@ class Scraper:
         session = self._session
         loads = await asyncio.gather(*(scrape_once(session, ep) for ep in endpoints))
         for endpoint, load in zip(endpoints, loads, strict=True):
-            self._router.update_load(endpoint, load)
+            if load is not None:  # an answer, ready or not, is believed at once
+                self._misses[endpoint] = 0
+                self._router.update_load(endpoint, load)
+                continue
+            # No answer: like a readiness probe's failureThreshold (default 3), one slow
+            # scrape of a busy pod does not take it out of rotation.
+            self._misses[endpoint] = self._misses.get(endpoint, 0) + 1
+            if self._misses[endpoint] >= MISSES_BEFORE_DOWN or self.rounds == 0:
+                self._router.update_load(endpoint, EndpointLoad(ready=False))
         self.rounds += 1
 
     async def _loop(self) -> None:
