@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
@@ -124,8 +124,9 @@ class ServerProcess:
         if self.proc.stderr is not None:
             self.proc.stderr.close()
 
-    def __enter__(self) -> ServerProcess:
-        return self.start()
+    def __enter__(self) -> Self:
+        self.start()  # a subclass (tests/gateway/support.py) starts another command
+        return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
