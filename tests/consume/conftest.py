@@ -21,6 +21,7 @@ from podserve.consume.metrics import ConsumerMetrics
 from podserve.consume.streams import RedisStreams, StreamNames
 from podserve.dataplane import DataPlane
 from podserve.dataplane.build import build_dataplane
+from tests.consume.replies import streams
 from tests.support.server import wait_until
 
 
@@ -95,7 +96,7 @@ async def read_stream(
         if loop.time() > deadline:
             raise AssertionError(f"{stream}: {len(found)} of {n} entries after {timeout_s}s")
         reply = await client.xread({stream: last}, block=200)
-        for _name, items in reply or []:
+        for _name, items in streams(reply):
             for entry_id, fields in items:
                 last = entry_id.decode()
                 found.append(fields)

@@ -15,7 +15,9 @@ from podserve.consume.consumer import ConsumerPolicy
 from podserve.consume.contract import Api, parse_entry
 from podserve.consume.metrics import MetricsListener
 from podserve.consume.streams import RedisStreams
+from tests.consume import replies
 from tests.consume.conftest import consuming, fresh_names, read_stream
+from tests.consume.replies import entries, streams
 from tests.support.server import write_model
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "models"
@@ -181,7 +183,9 @@ async def test_entries_a_dead_consumer_left_pending_are_claimed_and_answered_onc
                 names.requests, {"id": f"r{i}", "model": "double", "body": v2_body([i, i, i])}
             )
         # A consumer that reads and dies before answering: its entries stay pending.
-        taken = await ghost.xreadgroup(names.group, "ghost", {names.requests: ">"}, count=5)
+        taken = streams(
+            await ghost.xreadgroup(names.group, "ghost", {names.requests: ">"}, count=5)
+        )
         assert len(taken[0][1]) == 5
         async with consuming(redis_url, repository, tmp_path / "cache", FAST, names=names) as h:
             results = by_id(await h.results(5))
@@ -410,14 +414,14 @@ async def test_one_flush_writes_results_failures_and_dead_letters_each_as_alone(
             ]
         )
         assert outcomes == [1, 1, 1, -2, 0]
-        results = [f for _id, f in await client.xrange(names.results)]
+        results = [f for _id, f in entries(await client.xrange(names.results))]
         assert [(r[b"id"], r[b"status"]) for r in results] == [
             (b"ok", b"200"),
             (b"again", b"200"),
             (b"doomed", b"500"),
         ]
         assert results[0][b"body"] == b'{"a": 1}'
-        dead = [f for _id, f in await client.xrange(names.dead_letters)]
+        dead = [f for _id, f in entries(await client.xrange(names.dead_letters))]
         assert len(dead) == 1
         assert (dead[0][b"id"], dead[0][b"model"], dead[0][b"failures"]) == (
             b"doomed",
@@ -426,7 +430,9 @@ async def test_one_flush_writes_results_failures_and_dead_letters_each_as_alone(
         )
         assert dead[0][b"error"] == b'{"error": "boom"}'
         # Only the failure below its limit stays pending, with its count kept.
-        pending = await client.xpending_range(names.requests, names.group, "-", "+", 10)
+        pending = replies.pending(
+            await client.xpending_range(names.requests, names.group, "-", "+", 10)
+        )
         assert [p["message_id"].decode() for p in pending] == [flaky.entry_id]
         assert await client.hgetall(names.failures) == {flaky.entry_id.encode(): b"1"}
         assert await streams.apply([]) == []
