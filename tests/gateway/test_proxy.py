@@ -147,6 +147,20 @@ def test_oip_v2_infer_is_proxied(gateway: GatewayProcess, key: str) -> None:
     assert unauth.status_code == 401
 
 
+def test_oip_v2_metadata_is_passed_through(gateway: GatewayProcess, key: str) -> None:
+    auth = {"authorization": f"Bearer {key}"}
+    with httpx.Client(base_url=gateway.url, timeout=30) as http:
+        meta = http.get("/v2/models/iris", headers=auth)
+        ready = http.get("/v2/models/iris/ready", headers=auth)
+        unknown = http.get("/v2/models/nope", headers=auth)
+        anonymous = http.get("/v2/models/iris")
+    assert meta.status_code == 200
+    assert meta.json()["name"] == "iris"
+    assert ready.status_code == 200
+    assert unknown.status_code == 404
+    assert anonymous.status_code == 401
+
+
 @pytest.mark.parametrize("header", [None, "Bearer psk-not-a-key", "Basic abc"])
 def test_bad_keys_get_openai_style_401(gateway: GatewayProcess, header: str | None) -> None:
     headers = {} if header is None else {"authorization": header}

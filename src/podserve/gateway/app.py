@@ -25,7 +25,14 @@ from starlette.routing import Route
 from podserve.config.gateway_config import GatewayConfig, RedisPostgresStore
 from podserve.gateway.accounting import Accounting, Admission
 from podserve.gateway.budget import Usage
-from podserve.gateway.errors import BodyTooLarge, GatewayError, InvalidRequest, UnknownModel
+from podserve.gateway.errors import (
+    BodyTooLarge,
+    GatewayError,
+    InvalidRequest,
+    ModelForbidden,
+    UnknownModel,
+    UpstreamFailed,
+)
 from podserve.gateway.forward import UPSTREAM_ERRORS, Attempted, Forwarder
 from podserve.gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from podserve.gateway.relay import RelayResponse
@@ -122,6 +129,8 @@ class Gateway:
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
                 Route("/v1/embeddings", self._embeddings, methods=["POST"]),
                 Route("/v2/models/{model}/infer", self._v2_infer, methods=["POST"]),
+                Route("/v2/models/{model}", self._v2_metadata, methods=["GET"]),
+                Route("/v2/models/{model}/ready", self._v2_metadata, methods=["GET"]),
                 Route(
                     "/v2/models/{model}/versions/{version}/infer",
                     self._v2_infer,
@@ -166,6 +175,39 @@ class Gateway:
     async def _v2_infer(self, request: Request) -> Response:
         return await self._proxy(request, Endpoint.V2)
 
+    async def _v2_metadata(self, request: Request) -> Response:
+        """Model metadata and readiness, passed through from a pod serving the model:
+        authenticated, not billed."""
+        started = time.perf_counter()
+        model = request.path_params["model"]
+        try:
+            key = await self.accounting.authenticate(request.headers.get("authorization"))
+            if not key.allows(model):
+                raise ModelForbidden(f"this key may not use model '{model}'")
+            if not self.router.knows(model):
+                raise UnknownModel(f"model '{model}' is not served by this gateway")
+            attempt = await self.forwarder.send(
+                model, request.url.path, b"", _request_id(None), method="GET"
+            )
+        except GatewayError as exc:
+            return self._refuse(exc, started)
+        response = attempt.response
+        try:
+            content = await response.read()
+        except UPSTREAM_ERRORS as exc:
+            self.forwarder.finished(attempt, False)
+            return self._refuse(UpstreamFailed(f"upstream failed: {exc}"), started)
+        finally:
+            response.release()
+        self.forwarder.finished(attempt, response.status < 500)
+        return self._json(
+            content,
+            response.status,
+            started,
+            attempt.upstream_s,
+            response.headers.get("content-type", "application/json"),
+        )
+
     async def _proxy(self, request: Request, endpoint: Endpoint) -> Response:
         started = time.perf_counter()
         rid = _request_id(request.headers.get("x-request-id"))
@@ -203,7 +245,7 @@ class Gateway:
         except UPSTREAM_ERRORS as exc:
             self.forwarder.finished(attempt, False)
             await self._settle(admission, Usage(0, 0), Outcome.ERROR, attempt.target.upstream, 502)
-            return self._refuse(InvalidRequest(f"upstream failed: {exc}"), started)
+            return self._refuse(UpstreamFailed(f"upstream failed: {exc}"), started)
         finally:
             response.release()
         upstream_s = attempt.upstream_s

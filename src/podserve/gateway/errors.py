@@ -65,3 +65,10 @@ class StoreDown(GatewayError):
 class NoUpstream(GatewayError):
     status = 503
     reason = "no_upstream"
+
+
+class UpstreamFailed(GatewayError):
+    """The upstream broke after answering (its body never arrived whole)."""
+
+    status = 502
+    reason = "upstream"

@@ -82,7 +82,9 @@ class Forwarder:
             url = target.base_url + path
         return url, headers
 
-    async def send(self, model: str, path: str, body: bytes, rid: str) -> Attempted:
+    async def send(
+        self, model: str, path: str, body: bytes, rid: str, method: str = "POST"
+    ) -> Attempted:
         assert self._session is not None, "Forwarder.start() first"
         self._budget.on_request()
         targets = self._router.plan(model, time.monotonic())
@@ -99,7 +101,9 @@ class Forwarder:
             self._router.on_start(target, time.monotonic())
             url, headers = self._request(target, path, rid)
             try:
-                response = await self._session.post(url, data=body, headers=headers)
+                response = await self._session.request(
+                    method, url, data=body if method == "POST" else None, headers=headers
+                )
             except UPSTREAM_ERRORS as exc:
                 self._router.on_finish(target, False, time.monotonic())
                 error = f"{target.upstream}: {type(exc).__name__}"
