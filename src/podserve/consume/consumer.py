@@ -184,11 +184,9 @@ class Consumer:
                 extra={"request_id": entry.request_id, "error": str(exc)},
             )
             return
-        metrics.processed.labels(entry.model, str(result.status)).inc()
         # Wall clock: the entry id's timestamp is Redis' wall clock (see metrics.py).
-        metrics.latency.labels(entry.model).observe(
-            max(0.0, time.time() - entry.enqueued_ms / 1000)
-        )
+        latency_s = max(0.0, time.time() - entry.enqueued_ms / 1000)
+        metrics.answered(entry.model, result.status, latency_s)
 
     async def _refresh_state(self) -> None:
         try:

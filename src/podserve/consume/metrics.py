@@ -75,6 +75,21 @@ class ConsumerMetrics:
             list(labels), registry=r,
         )  # fmt: skip
         self.info.labels(**labels).set(1)
+        # Labelled children by key: `labels()` (a lock and validation) costs more than the
+        # `inc()`/`observe()` it precedes, once per entry.
+        self._processed: dict[tuple[str, int], Counter] = {}
+        self._latency: dict[str, Histogram] = {}
+
+    def answered(self, model: str, status: int, latency_s: float) -> None:
+        """One entry answered with `status`, `latency_s` after its XADD."""
+        counter = self._processed.get((model, status))
+        if counter is None:
+            counter = self._processed[(model, status)] = self.processed.labels(model, str(status))
+        counter.inc()
+        histogram = self._latency.get(model)
+        if histogram is None:
+            histogram = self._latency[model] = self.latency.labels(model)
+        histogram.observe(latency_s)
 
     def exposition(self) -> bytes:
         return bytes(generate_latest(self.registry))
