@@ -38,6 +38,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import hiredis
 import httpx
 import orjson
 import redis
@@ -81,8 +82,14 @@ def wait_for(condition: Any, what: str, timeout_s: float = 120.0) -> None:
         time.sleep(0.05)
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, all threads) a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextlib.contextmanager
-def redis_server() -> Iterator[str]:
+def redis_server() -> Iterator[tuple[str, int]]:
     binary = shutil.which("redis-server")
     if binary is None:
         raise SystemExit("redis-server is not installed (apt-get install redis-server)")
@@ -95,7 +102,7 @@ def redis_server() -> Iterator[str]:
         client = redis.Redis(port=port)
         wait_for(lambda: _pings(client), "redis")
         client.close()
-        yield f"redis://127.0.0.1:{port}/0"
+        yield f"redis://127.0.0.1:{port}/0", proc.pid
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -117,7 +124,7 @@ def repository(root: Path, model: str) -> Path:
 
 
 @contextlib.contextmanager
-def serve(repo: Path, log: Path) -> Iterator[str]:
+def serve(repo: Path, log: Path) -> Iterator[tuple[str, int]]:
     port = free_port()
     cmd = [
         PODSERVE,
@@ -136,7 +143,7 @@ def serve(repo: Path, log: Path) -> Iterator[str]:
         url = f"http://127.0.0.1:{port}"
         try:
             wait_for(lambda: _ready(url), "podserve serve /ready")
-            yield url
+            yield url, proc.pid
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=30)
@@ -279,6 +286,137 @@ async def stream_rate(
     return {"completed": done, "errors": errors, "per_s": done / elapsed}
 
 
+def resp(*parts: bytes) -> bytes:
+    """One Redis command in RESP (https://redis.io/docs/latest/develop/reference/protocol-spec/)."""
+    out = [b"*%d\r\n" % len(parts)]
+    for part in parts:
+        out += [b"$%d\r\n" % len(part), part, b"\r\n"]
+    return b"".join(out)
+
+
+class RespConnection(asyncio.Protocol):
+    """One Redis connection carrying one command at a time, as podserve.bench.client's
+    HttpConnection carries one request: a pre-encoded command, one transport.write, the
+    reply parsed by hiredis. The producer's counterpart of the lean HTTP client."""
+
+    def __init__(self) -> None:
+        self._reader = hiredis.Reader()
+        self._transport: asyncio.Transport | None = None
+        self._waiter: asyncio.Future[Any] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]  # a TCP transport
+
+    def data_received(self, data: bytes) -> None:
+        self._reader.feed(data)
+        reply = self._reader.gets()
+        if reply is not False and self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(reply)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_exception(ConnectionError("redis closed the connection"))
+
+    async def call(self, command: bytes) -> Any:
+        assert self._transport is not None
+        self._waiter = asyncio.get_running_loop().create_future()
+        self._transport.write(command)
+        return await self._waiter
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+
+async def resp_connection(redis_url: str) -> RespConnection:
+    host, port = redis_url.removeprefix("redis://").split("/")[0].split(":")
+    _transport, protocol = await asyncio.get_running_loop().create_connection(
+        RespConnection, host, int(port)
+    )
+    return protocol
+
+
+async def lean_stream_rate(
+    redis_url: str, names: dict[str, str], model: str, concurrency: int, seconds: float
+) -> dict[str, Any]:
+    """The closed loop with producers as lean as the HTTP client: each producer has its
+    own connection and sends one pre-encoded XADD at a time; one reader XREADs results
+    (COUNT 500) and parses them with hiredis."""
+    body = BODIES[model]
+    stream, results, model_b = names["stream"].encode(), names["results"].encode(), model.encode()
+    waiting: dict[bytes, asyncio.Future[bytes]] = {}
+    done = errors = 0
+    stop = time.monotonic() + seconds
+    finished = asyncio.Event()
+    reader = await resp_connection(redis_url)
+    tail = await reader.call(resp(b"XREVRANGE", results, b"+", b"-", b"COUNT", b"1"))
+    start_id: bytes = tail[0][0] if tail else b"0-0"
+
+    async def read_results() -> None:
+        last = start_id
+        while not finished.is_set():
+            reply = await reader.call(
+                resp(b"XREAD", b"COUNT", b"500", b"BLOCK", b"200", b"STREAMS", results, last)
+            )
+            for _stream, items in reply or []:
+                for entry_id, fields in items:
+                    last = entry_id
+                    pairs = dict(zip(fields[::2], fields[1::2], strict=True))
+                    future = waiting.pop(pairs[b"id"], None)
+                    if future is not None and not future.done():
+                        future.set_result(pairs[b"status"])
+
+    async def producer(worker: int) -> None:
+        nonlocal done, errors
+        connection = await resp_connection(redis_url)
+        loop = asyncio.get_running_loop()
+        prefix = f"{run}-{worker}-".encode()
+        n = 0
+        try:
+            while time.monotonic() < stop:
+                request_id = prefix + str(n).encode()
+                n += 1
+                future: asyncio.Future[bytes] = loop.create_future()
+                waiting[request_id] = future
+                await connection.call(
+                    resp(b"XADD", stream, b"*", b"id", request_id, b"model", model_b,
+                         b"body", body)
+                )  # fmt: skip
+                status = await asyncio.wait_for(future, timeout=60)
+                if status == b"200":
+                    done += 1
+                else:
+                    errors += 1
+        finally:
+            connection.close()
+
+    run = uuid.uuid4().hex[:12]
+    results_task = asyncio.ensure_future(read_results())
+    try:
+        start = time.monotonic()
+        await asyncio.gather(*(producer(w) for w in range(concurrency)))
+        elapsed = time.monotonic() - start
+    finally:
+        finished.set()
+        await results_task
+        reader.close()
+    return {"completed": done, "errors": errors, "per_s": done / elapsed}
+
+
+@contextlib.contextmanager
+def cpu_per_1k(pids: dict[str, int]) -> Iterator[dict[str, Any]]:
+    """CPU milliseconds per request for each process of one side, over the block: the
+    caller stores the number of requests completed in `completed`. On two shared CPUs
+    the rates move with other load; the CPU each request costs moves much less."""
+    before = {name: cpu_s(pid) for name, pid in pids.items()}
+    out: dict[str, Any] = {"completed": 0, "per_request": {}}
+    yield out
+    n = max(1, int(out["completed"]))
+    per = {name: round(1000 * (cpu_s(pid) - before[name]) / n, 4) for name, pid in pids.items()}
+    per["total"] = round(sum(per.values()), 4)
+    out["per_request"].update(per)
+
+
 def drain_rate(redis_url: str, root: Path, model: str, total: int = 10_000) -> dict[str, Any]:
     """A backlog of `total` entries queued before the consumer starts (what KEDA wakes it
     to): how fast one consumer empties it, reading as many entries as its models batch."""
@@ -350,32 +488,59 @@ def main() -> int:
         "cpus": os.cpu_count(),
         "models": {},
     }
-    with tempfile.TemporaryDirectory(prefix="bench-consume-") as tmp, redis_server() as url:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-consume-") as tmp,
+        redis_server() as (url, redis_pid),
+    ):
         root = Path(tmp)
         for model in args.models:
             repo = repository(root, model)
-            with serve(repo, root / f"serve-{model}.log") as http:
+            with serve(repo, root / f"serve-{model}.log") as (http, server_pid):
                 asyncio.run(http_rate(http, model, args.concurrency, 1.0))  # warm-up
-                over_http = asyncio.run(http_rate(http, model, args.concurrency, args.seconds))
+                with cpu_per_1k({"server": server_pid, "client": os.getpid()}) as http_cpu:
+                    over_http = asyncio.run(http_rate(http, model, args.concurrency, args.seconds))
+                    http_cpu["completed"] = over_http["completed"]
+            over_http["cpu_ms_per_request"] = http_cpu["per_request"]
             names = {"stream": f"req-{model}", "results": f"res-{model}"}
-            with consume(url, repo, names, root / f"consume-{model}.log"):
+            with consume(url, repo, names, root / f"consume-{model}.log") as consumer:
                 asyncio.run(stream_rate(url, names, model, args.concurrency, 1.0))  # warm-up
-                over_stream = asyncio.run(
-                    stream_rate(url, names, model, args.concurrency, args.seconds)
-                )
+                pids = {"consumer": consumer.pid, "redis": redis_pid, "producer": os.getpid()}
+                with cpu_per_1k(pids) as stream_cpu:
+                    over_stream = asyncio.run(
+                        stream_rate(url, names, model, args.concurrency, args.seconds)
+                    )
+                    stream_cpu["completed"] = over_stream["completed"]
+            over_stream["cpu_ms_per_request"] = stream_cpu["per_request"]
+            with consume(url, repo, names, root / f"consume-lean-{model}.log") as consumer:
+                asyncio.run(lean_stream_rate(url, names, model, args.concurrency, 1.0))
+                pids = {"consumer": consumer.pid, "redis": redis_pid, "producer": os.getpid()}
+                with cpu_per_1k(pids) as lean_cpu:
+                    over_lean = asyncio.run(
+                        lean_stream_rate(url, names, model, args.concurrency, args.seconds)
+                    )
+                    lean_cpu["completed"] = over_lean["completed"]
+            over_lean["cpu_ms_per_request"] = lean_cpu["per_request"]
             drained = drain_rate(url, root, model)
             report["models"][model] = {
                 "http": over_http,
                 "consume": over_stream,
                 "consume_over_http": round(over_stream["per_s"] / over_http["per_s"], 3),
+                "consume_lean_producer": over_lean,
+                "consume_lean_over_http": round(over_lean["per_s"] / over_http["per_s"], 3),
                 "backlog_drain": drained,
                 "drain_over_http": round(drained["per_s"] / over_http["per_s"], 3),
             }
             print(
                 f"{model}: closed loop at {args.concurrency}: http {over_http['per_s']:.0f}/s, "
                 f"consume {over_stream['per_s']:.0f}/s "
-                f"(x{report['models'][model]['consume_over_http']}); backlog drain "
-                f"{drained['per_s']:.0f}/s (x{report['models'][model]['drain_over_http']})",
+                f"(x{report['models'][model]['consume_over_http']}), with lean producers "
+                f"{over_lean['per_s']:.0f}/s "
+                f"(x{report['models'][model]['consume_lean_over_http']}); "
+                "backlog drain "
+                f"{drained['per_s']:.0f}/s (x{report['models'][model]['drain_over_http']}); "
+                f"CPU ms per request: http {over_http['cpu_ms_per_request']}, "
+                f"consume {over_stream['cpu_ms_per_request']}, "
+                f"lean {over_lean['cpu_ms_per_request']}",
                 flush=True,
             )
         report["kill_9"] = kill_9_run(url, root)
