@@ -120,6 +120,7 @@ def _run(args: argparse.Namespace) -> int:
         os.environ["MLFLOW_TRACKING_URI"] = mlflow_uri  # read by storage's MLflow fetcher
     configure_logging(settings.log_format, settings.log_level)
     sys.setswitchinterval(settings.gil_switch_interval_ms / 1000)
+    from podserve.server.exit import exit_process
     from podserve.server.runner import serve
 
     try:
@@ -129,9 +130,10 @@ def _run(args: argparse.Namespace) -> int:
     else:
         runner = uvloop.run
     try:
-        return runner(serve(settings))
+        code = runner(serve(settings))
     except PodserveError as exc:
         print(f"podserve serve: {exc.message}", file=sys.stderr)
         return 2
     finally:
         flush_logging()
+    exit_process(code)

@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from podserve.core.errors import ModelNotFound, PodserveError
 from podserve.core.ids import accept_request_id
 from podserve.dataplane import DataPlane
+from podserve.server.cut import InflightRequests, cut_event, cut_response, log_cut
 from podserve.server.errors import error_response, openai_error_response
 from podserve.server.http import (
     ClientGone,
+    Message,
     Receive,
     Request,
     Response,
@@ -54,6 +56,8 @@ class App:
         edge = dataplane.edge
         self._sample_rate = edge.access_log_sample_rate
         self._max_body_bytes = edge.max_body_bytes
+        # inference handlers running now: the runner cuts them when the drain times out
+        self.inflight = InflightRequests()
         health = HealthRoutes(dataplane)
         self._v2 = V2Routes(dataplane)
         self._generate = GenerateRoutes(dataplane)
@@ -230,7 +234,13 @@ class App:
         except ClientGone:
             return None
         task = asyncio.current_task()
-        gone = answering = False
+        gone = answering = started = False
+
+        async def tracked(message: Message) -> None:
+            # whether a status line went out decides how a cut request ends
+            nonlocal started
+            started = True
+            await send(message)
 
         async def watch_disconnect() -> None:
             nonlocal gone
@@ -242,25 +252,44 @@ class App:
                 task.cancel()
 
         watcher = asyncio.ensure_future(watch_disconnect())
+        if task is not None:
+            self.inflight.add(task)
         try:
             result = await self._run(route, request)
             if isinstance(result, StreamingResponse):
                 # The watcher stays armed while the stream is sent: a client that leaves
                 # mid-stream cancels it, which aborts the generation.
-                await send_streaming(send, result, request.request_id)
+                await send_streaming(tracked, result, request.request_id)
                 return result.status
             answering = True
             if result.status == 499:
                 return None
-            await send_response(send, result, request.request_id)
+            await send_response(tracked, result, request.request_id)
             return result.status
         except asyncio.CancelledError:
             if gone:
                 return None
+            if self.inflight.cutting:
+                return await self._answer_cut(route, request, send, started)
             raise
         finally:
             answering = True
             watcher.cancel()
+            if task is not None:
+                self.inflight.discard(task)
+
+    async def _answer_cut(self, route: Route, request: Request, send: Send, started: bool) -> int:
+        """End a request the drain timeout cut: a JSON 503, or a last event on a stream
+        whose status line already went (server/cut.py)."""
+        log_cut(request.request_id, request.model, request.path, started)
+        if started:
+            body = cut_event(route.openai)
+            await send({"type": "http.response.body", "body": body, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return 200
+        response = cut_response(route.openai)
+        await send_response(send, response, request.request_id)
+        return response.status
 
     def _account(self, request: Request, route: Route, status: int, started: float) -> None:
         elapsed = time.perf_counter() - started

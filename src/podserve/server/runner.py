@@ -10,10 +10,9 @@ exit code 1). A second SIGTERM or SIGINT exits at once. Probes answer throughout
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import uvicorn
@@ -21,19 +20,14 @@ import uvicorn
 from podserve.config.settings import ServerSettings
 from podserve.dataplane.build import build_dataplane
 from podserve.server.app import App
+from podserve.server.http_server import HttpServer
 
 log = logging.getLogger("podserve.server")
 
 EXIT_OK = 0
 EXIT_CUT = 1
-
-
-class _Uvicorn(uvicorn.Server):
-    """uvicorn without its own signal handling: the runner owns SIGTERM/SIGINT."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
+# How long cut requests get to send their 503 before the server stops anyway.
+_CUT_ANSWER_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +41,9 @@ async def serve(
 ) -> int:
     loop = asyncio.get_running_loop()
     dataplane = build_dataplane(settings, loop)
+    app = App(dataplane)
     config = uvicorn.Config(
-        App(dataplane),
+        app,
         host=settings.host,
         port=settings.port,
         lifespan="off",
@@ -59,7 +54,7 @@ async def serve(
         timeout_graceful_shutdown=1,
         limit_concurrency=None,
     )
-    server = _Uvicorn(config)
+    server = HttpServer(config)
     grpc_server = None
     grpc_port: int | None = None
     if settings.grpc_port >= 0:
@@ -89,8 +84,10 @@ async def serve(
                 "drain timeout expired; cutting in-flight requests",
                 extra={"cut_requests": cut, "drain_timeout_s": settings.drain_timeout_s},
             )
-            server.force_exit = True
-        server.should_exit = True
+            # Each cut REST request answers a JSON 503 (or a last event on its stream)
+            # and logs one line (server/cut.py); gRPC's are cancelled when it stops.
+            await app.inflight.cut(timeout_s=_CUT_ANSWER_S)
+        server.exit_now()
 
     def on_signal(signum: int) -> None:
         nonlocal signals_seen, drain_task, exit_code
@@ -107,7 +104,8 @@ async def serve(
         if cut:
             exit_code = EXIT_CUT
         dataplane.begin_drain()
-        server.should_exit = server.force_exit = True
+        app.inflight.cutting = True  # the requests uvicorn cancels answer a JSON 503
+        server.exit_now(force=True)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
@@ -131,7 +129,10 @@ async def serve(
         if grpc_server is not None:
             from podserve.server.grpc.server import stop_grpc_server
 
-            await stop_grpc_server(grpc_server, grace_s=0 if server.force_exit else 1.0)
+            # Nothing of ours is in flight after a clean drain; after a cut or a second
+            # signal, what is left is cancelled now.
+            grace_s = 0 if server.force_exit or exit_code != EXIT_OK else 1.0
+            await stop_grpc_server(grpc_server, grace_s=grace_s)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
         await dataplane.close()

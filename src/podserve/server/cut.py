@@ -1,0 +1,79 @@
+"""The REST edge's in-flight inference requests, and how they end when the drain times
+out (DESIGN.md §2, issue 15 item 3).
+
+When `drain_timeout_s` expires, the runner calls `InflightRequests.cut()`: every
+inference handler still running is cancelled (which frees its queue slot, or aborts its
+generation and KV cache, the one cancellation contract) and answers for itself:
+a JSON 503 with `Retry-After` and `Connection: close` when nothing was sent yet, or a
+final error event when a stream had begun. Each cut request logs one line. Without
+this, uvicorn cancelled them at its own shutdown timeout, which answered its plain-text
+500 and logged a traceback each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import orjson
+
+from podserve.core.errors import Draining
+from podserve.server.errors import error_response, openai_error_response
+from podserve.server.http import Response
+
+log = logging.getLogger("podserve.server")
+
+CUT_MESSAGE = (
+    "server shut down: drain_timeout_s expired before this request finished, so it was "
+    "cut and not completed; retry on another replica"
+)
+
+
+class InflightRequests:
+    """The tasks running inference handlers, and whether they are being cut."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[object]] = set()
+        self.cutting = False
+
+    def add(self, task: asyncio.Task[object]) -> None:
+        self._tasks.add(task)
+
+    def discard(self, task: asyncio.Task[object]) -> None:
+        self._tasks.discard(task)
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    async def cut(self, timeout_s: float) -> int:
+        """Cancel every in-flight handler and wait (at most `timeout_s`) until each has
+        answered; return how many were cut."""
+        self.cutting = True
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout_s)
+        return len(tasks)
+
+
+def cut_response(openai: bool) -> Response:
+    error = Draining(CUT_MESSAGE)
+    return openai_error_response(error) if openai else error_response(error)
+
+
+def cut_event(openai: bool) -> bytes:
+    """The last server-sent event of a stream cut after it began."""
+    body: object = (
+        {"error": {"message": CUT_MESSAGE, "type": "service_unavailable", "code": 503}}
+        if openai
+        else {"error": CUT_MESSAGE}
+    )
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+def log_cut(request_id: str, model: str, path: str, streaming: bool) -> None:
+    log.warning(
+        "request cut at drain timeout",
+        extra={"request_id": request_id, "model": model, "path": path, "streaming": streaming},
+    )

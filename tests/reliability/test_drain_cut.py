@@ -1,0 +1,89 @@
+"""A drain that times out (issue 15 item 3), on a real `podserve serve` process: the
+documented exit code (1), each cut REST request a JSON 503 with Retry-After, one log line
+per cut request, and no SIGABRT, plain-text 500 or traceback."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+
+import grpc
+import httpx
+import numpy as np
+import pytest
+
+from podserve.server.grpc._generated import inference_pb2 as pb
+from podserve.server.grpc._generated import inference_pb2_grpc as pb_grpc
+from tests.support.server import ServerProcess, infer_body, wait_until, write_model
+
+pytestmark = pytest.mark.slow
+
+
+def _post(server: ServerProcess, values: list[float], sink: list[httpx.Response]) -> None:
+    with server.client(timeout_s=60) as client:
+        sink.append(client.post("/v2/models/slow/infer", json=infer_body(values)))
+
+
+def _grpc(port: int, sink: list[grpc.RpcError | pb.ModelInferResponse]) -> None:
+    request = pb.ModelInferRequest(model_name="slow")
+    request.inputs.add(name="x", datatype="FP32", shape=[1, 3])
+    request.raw_input_contents.append(np.ones(3, dtype="<f4").tobytes())
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        try:
+            sink.append(pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=60))
+        except grpc.RpcError as error:
+            sink.append(error)
+
+
+def test_drain_timeout_answers_each_cut_request_and_exits_1(tmp_path: Path) -> None:
+    write_model(
+        tmp_path,
+        "slow",
+        parameters={"delay_s": 120},
+        batching={"enabled": False},
+        limits={"max_batch_time_s": 600},
+        instance_count=3,
+        warmup=False,
+    )
+    args = ("--model-repository", str(tmp_path), "--drain-timeout-s", "0.5")
+    with ServerProcess(*args, grpc=True) as server:
+        wait_until(lambda: server.get("/ready").status_code == 200, what="ready")
+        rest: list[httpx.Response] = []
+        rpcs: list[grpc.RpcError | pb.ModelInferResponse] = []
+        assert server.grpc_port is not None
+        threads = [
+            threading.Thread(target=_post, args=(server, [1, 2, 3], rest)),
+            threading.Thread(target=_post, args=(server, [4, 5, 6], rest)),
+            threading.Thread(target=_grpc, args=(server.grpc_port, rpcs)),
+        ]
+        for thread in threads:
+            thread.start()
+        wait_until(
+            lambda: server.metric("podserve_inflight_requests", {"model": "slow"}) == 3,
+            what="three in flight",
+        )
+        server.send_signal(signal.SIGTERM)
+        code = server.wait_exit(timeout_s=30)
+        for thread in threads:
+            thread.join(timeout=30)
+        server.stop()
+
+    assert code == 1  # the documented exit code of a drain that cut requests, not -6/134
+    assert len(rest) == 2
+    for response in rest:
+        assert response.status_code == 503
+        assert response.headers["content-type"] == "application/json"
+        assert "drain_timeout_s expired" in response.json()["error"]
+        assert response.headers["retry-after"]
+        assert response.headers["connection"] == "close"
+    assert len(rpcs) == 1
+    assert isinstance(rpcs[0], grpc.RpcError)
+    assert rpcs[0].code() in (grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE)
+
+    lines = [r for r in server.logs if r.get("msg") == "request cut at drain timeout"]
+    assert len(lines) == 2
+    assert {line["path"] for line in lines} == {"/v2/models/slow/infer"}
+    text = "".join(server.raw_lines)
+    assert "Traceback" not in text
+    assert "Exception in ASGI application" not in text
