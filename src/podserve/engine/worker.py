@@ -1,7 +1,7 @@
 """The seam every served model sits behind: the `Worker` protocol.
 
 A loaded model is a tensor worker (`ModelWorker`: the dynamic batcher over a runtime) or
-a generative one (`generation.worker.GenerativeWorker`: a continuous-batching engine).
+a text engine's (`generation.served.EngineWorker` over any registered engine's client).
 The lifecycle (probes), the repository (LRU, unload) and Triton's extensions read only
 what this protocol names, so a new kind of worker (a vLLM engine on a GPU, a remote
 OpenAI-compatible upstream) is one new class, never one more `isinstance` branch.

@@ -1,6 +1,6 @@
-"""A served generative model: the in-house engine behind the `EngineClient` seam, plus
-the `Worker` state the lifecycle and the repository read (in flight, queue pressure,
-wedged step thread) and the token metrics.
+"""The in-house engine behind the `EngineClient` seam: admission, the engine's streams,
+and the token metrics. (The `Worker` state the lifecycle and the repository read is
+`generation/served.py`'s, the same for every engine.)
 
 Admission (DESIGN.md §3) is `admit`, one synchronous step: prompt + max_tokens over the
 context, max_tokens over the configured cap, or a prompt the KV budget can never hold are
@@ -21,9 +21,7 @@ from podserve.admission import DrainRateEstimator
 from podserve.config.model_config import ModelConfig
 from podserve.core.clock import Clock
 from podserve.core.errors import InvalidInput, Unavailable
-from podserve.core.tensors import InferRequest, InferResponse, TensorSpec
-from podserve.core.triton import Duration, ModelStatistics
-from podserve.generation.client import EngineClient, TokenStream
+from podserve.generation.client import TokenStream
 from podserve.generation.engine import EngineStats, GenerationEngine
 from podserve.generation.executor import ModelExecutor
 from podserve.generation.sampling import SamplingParams
@@ -41,8 +39,8 @@ class GenerativeLimits:
 
 
 class GenerativeWorker:
-    """What the repository keeps for a loaded generative model; implements both
-    `engine.Worker` and `generation.client.EngineClient`."""
+    """The in-house engine's `generation.client.EngineClient` (`generation/inhouse.py`
+    registers it; `generation.served.EngineWorker` serves it as an `engine.Worker`)."""
 
     def __init__(
         self,
@@ -63,63 +61,15 @@ class GenerativeWorker:
         self._clock = clock
         self._inflight = 0
         self._queued_prompt_tokens = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
         self._next_id = 0
         self._last_event_s = clock.now_s()
         self._drain_rate = DrainRateEstimator(clock)
         self.last_device_error: str | None = None
 
-    # --- Worker: state read by the lifecycle and the repository -------------------------
     @property
     def inflight(self) -> int:
+        """Sequences admitted and not yet closed."""
         return self._inflight
-
-    @property
-    def queue_depth(self) -> int:
-        return self.engine.stats().num_waiting
-
-    @property
-    def saturated(self) -> bool:
-        return self.queue_depth >= self.limits.max_queue
-
-    @property
-    def inputs(self) -> tuple[TensorSpec, ...]:
-        return ()  # text in, text out: no OIP tensor metadata
-
-    @property
-    def outputs(self) -> tuple[TensorSpec, ...]:
-        return ()
-
-    @property
-    def dynamic_batching(self) -> bool:
-        return False  # continuous batching, not Triton's dynamic batcher
-
-    @property
-    def generator(self) -> EngineClient:
-        return self
-
-    def longest_busy_s(self) -> float:
-        """The watchdog's heartbeat: with requests in flight, the time since the step
-        thread last produced an event for any of them (a wedged step produces none)."""
-        if self._inflight == 0:
-            return 0.0
-        return self._clock.now_s() - self._last_event_s
-
-    def statistics(self) -> ModelStatistics:
-        # Generative models count nothing in Triton's tensor statistics; their token
-        # histograms are on /metrics.
-        zero = Duration
-        return ModelStatistics(self.name, self.version, 0, 0, 0, zero(), zero(), zero(), zero(), ())
-
-    async def infer(self, request: InferRequest) -> InferResponse:
-        raise InvalidInput(
-            f"model {self.name!r} generates text: use /v1/completions, /v1/chat/completions "
-            f"or /v2/models/{self.name}/generate"
-        )
-
-    async def wait_idle(self) -> None:
-        await self._idle.wait()
 
     def close(self) -> None:
         self.engine.stop()
@@ -200,7 +150,6 @@ class GenerativeWorker:
         if self._inflight == 0:
             self._last_event_s = self._clock.now_s()
         self._inflight += 1
-        self._idle.clear()
         self._queued_prompt_tokens += prompt_tokens
 
     def _first_token(self, prompt_tokens: int) -> None:
@@ -213,8 +162,6 @@ class GenerativeWorker:
     def _ended(self) -> None:
         self._drain_rate.record_completions(1)
         self._inflight -= 1
-        if self._inflight == 0:
-            self._idle.set()
 
 
 class _Sequence:
