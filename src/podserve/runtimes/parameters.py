@@ -101,8 +101,8 @@ class OnnxParameters(RuntimeParameters):
     intra_op_num_threads: int | None = Field(
         None,
         ge=0,
-        description="Threads inside one operator (default: the usable CPUs less one, left "
-        "to the event loop, see runtimes/cpus.py; 0: onnxruntime's own default).",
+        description="Threads inside one operator (default: onnxruntime's, one per core it "
+        "sees). In a pod, set it to the CPU limit.",
     )
     inter_op_num_threads: int | None = Field(
         None, ge=0, description="Threads across independent operators (default: onnxruntime's)."
@@ -125,8 +125,7 @@ class TorchScriptParameters(RuntimeParameters):
     num_threads: int | None = Field(
         None,
         ge=1,
-        description="`torch.set_num_threads` (process-wide; default: the usable CPUs less "
-        "one, left to the event loop; see runtimes/cpus.py).",
+        description="`torch.set_num_threads` (process-wide; default torch's).",
     )
 
 
@@ -152,8 +151,7 @@ class EmbeddingParameters(RuntimeParameters):
     num_threads: int | None = Field(
         None,
         ge=1,
-        description="torch intra-op threads (process-wide; default: the usable CPUs less "
-        "one, left to the event loop; see runtimes/cpus.py).",
+        description="torch intra-op threads (process-wide; default torch's).",
     )
 
 

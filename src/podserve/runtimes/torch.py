@@ -10,8 +10,7 @@ Parameters (model.yaml `parameters:`):
   device        cpu (default), cuda, cuda:1, ...
   dtype         float32 (default), float16, bfloat16, float64: the module's floating
                 weights and floating inputs are cast to it
-  num_threads   torch intra-op threads (process-wide setting; default: the usable CPUs
-                less one, left to the event loop)
+  num_threads   torch intra-op threads (process-wide setting; default torch's)
   init_kwargs   keyword arguments of model_class (runtime torch only)
 
 torch modules carry no tensor signature, so model.yaml must declare inputs and outputs.
@@ -31,7 +30,6 @@ from podserve.core.errors import InferenceFailed, ModelLoadFailed
 from podserve.core.tensors import Datatype
 from podserve.core.types import Array
 from podserve.runtimes.base import LoadContext, ModelAPI, Payload
-from podserve.runtimes.cpus import compute_threads
 from podserve.runtimes.custom import import_model_class
 from podserve.runtimes.parameters import TorchParameters, TorchScriptParameters
 from podserve.runtimes.safetensors_mmap import mmap_state_dict
@@ -71,8 +69,8 @@ class _TorchModel(ModelAPI):
         if self._device.type == "cuda" and not torch.cuda.is_available():
             raise ModelLoadFailed(f"torch parameter device={self._device}: CUDA is not available")
         self._dtype = getattr(torch, params.dtype)
-        # Not torch's one per core: the event loop keeps a core (runtimes/cpus.py).
-        torch.set_num_threads(params.num_threads or compute_threads())
+        if params.num_threads is not None:
+            torch.set_num_threads(params.num_threads)
         self._torch = torch
         return torch
 
