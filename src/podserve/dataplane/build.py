@@ -8,7 +8,7 @@ import asyncio
 
 from podserve.config.model_config import ModelConfig
 from podserve.config.settings import ServerSettings
-from podserve.core.clock import MONOTONIC
+from podserve.core.clock import MONOTONIC, Clock
 from podserve.dataplane.dataplane import DataPlane
 from podserve.engine import ModelWorker, Worker, WorkerLimits
 from podserve.generation.client import EngineClient
@@ -22,7 +22,10 @@ from podserve.repository import ModelEntry, ModelRepository, RepositoryPolicy, d
 from podserve.runtimes import ModelAPI
 
 
-def build_dataplane(settings: ServerSettings, loop: asyncio.AbstractEventLoop) -> DataPlane:
+def build_dataplane(
+    settings: ServerSettings, loop: asyncio.AbstractEventLoop, clock: Clock = MONOTONIC
+) -> DataPlane:
+    """`clock`: every duration's source (tests pass a fake one)."""
     metrics = Metrics()
     configs = [
         with_generation_defaults(c, settings)
@@ -35,7 +38,7 @@ def build_dataplane(settings: ServerSettings, loop: asyncio.AbstractEventLoop) -
                 config=config,
                 client=model,
                 max_queue=config.limits.max_queue or settings.max_queue,
-                clock=MONOTONIC,
+                clock=clock,
             )
         limits = WorkerLimits(
             max_queue=config.limits.max_queue or settings.max_queue,
@@ -48,7 +51,7 @@ def build_dataplane(settings: ServerSettings, loop: asyncio.AbstractEventLoop) -
             model=model,
             limits=limits,
             metrics=metrics.for_model(config.name),
-            clock=MONOTONIC,
+            clock=clock,
             loop=loop,
         )
 
@@ -66,7 +69,7 @@ def build_dataplane(settings: ServerSettings, loop: asyncio.AbstractEventLoop) -
     repository = ModelRepository(
         configs,
         worker_factory=make_worker,
-        clock=MONOTONIC,
+        clock=clock,
         policy=RepositoryPolicy(
             cache_dir=settings.cache_dir,
             autoload=settings.autoload,
@@ -75,16 +78,16 @@ def build_dataplane(settings: ServerSettings, loop: asyncio.AbstractEventLoop) -
         on_loaded=on_loaded,
         on_event=on_event,
         engines=EngineServices(
-            metrics=metrics.for_generation, clock=MONOTONIC, default_max_queue=settings.max_queue
+            metrics=metrics.for_generation, clock=clock, default_max_queue=settings.max_queue
         ),
     )
-    lifecycle = Lifecycle(repository, MONOTONIC, load_stall_timeout_s=settings.load_stall_timeout_s)
+    lifecycle = Lifecycle(repository, clock, load_stall_timeout_s=settings.load_stall_timeout_s)
     dataplane = DataPlane(
         settings=settings,
         repository=repository,
         lifecycle=lifecycle,
         metrics=metrics,
-        clock=MONOTONIC,
+        clock=clock,
         payloads=build_payload_logger(settings, metrics),
     )
     metrics.watch(dataplane.serving_state)
