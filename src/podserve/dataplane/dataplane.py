@@ -44,6 +44,7 @@ from podserve.core.tensors import InferRequest, InferResponse
 from podserve.core.triton import ModelConfigView, ModelStatistics
 from podserve.dataplane import triton
 from podserve.dataplane.deadlines import deadline_s
+from podserve.dataplane.prompts import Tokenizing, check_prompt_size
 from podserve.dataplane.rows import check_rows
 from podserve.dataplane.streams import GenerationStream
 from podserve.dataplane.types import (
@@ -111,6 +112,7 @@ class DataPlane:
         self._clock = clock
         self._payloads = payloads
         self._draining_hint = DrainingRetryHint(clock)
+        self._tokenizing = Tokenizing()
         self.edge = EdgeLimits(
             max_body_bytes=settings.max_body_bytes,
             access_log_sample_rate=settings.access_log_sample_rate,
@@ -219,10 +221,12 @@ class DataPlane:
             raise InvalidInput(
                 f"model {model!r} is not a generative model; use /v2/models/{model}/infer"
             )
+        # bounded before, and tokenized off, the event loop (dataplane/prompts.py)
+        check_prompt_size(request.prompt, request.messages, client.max_context)
         if request.messages is not None:
-            prompt_ids = client.encode_chat(request.messages)
+            prompt_ids = await self._tokenizing.run(client.encode_chat, request.messages)
         else:
-            prompt_ids = client.encode_prompt(request.prompt or "")
+            prompt_ids = await self._tokenizing.run(client.encode_prompt, request.prompt or "")
         self._refuse_if_draining(model)  # the model may have loaded while the drain began
         try:
             sequences = client.admit(prompt_ids, request.sequences)
@@ -367,6 +371,7 @@ class DataPlane:
         """Unmap every shared-memory region and flush what the data plane buffers (the
         payload log)."""
         self.shared_memory.close()
+        self._tokenizing.close()
         if self._payloads is not None:
             await asyncio.to_thread(self._payloads.close)
 
