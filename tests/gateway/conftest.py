@@ -12,7 +12,6 @@ import pytest
 from tests.gateway.support import ROOT, TINY_LM, start_pod, wait_ready
 from tests.support.server import ServerProcess
 
-pytest.importorskip("transformers")
 
 
 @dataclass
@@ -23,6 +22,7 @@ class Pods:
 
 @pytest.fixture(scope="session")
 def pods() -> Iterator[Pods]:
+    pytest.importorskip("transformers")  # the pods serve the bundled tiny LM
     a = start_pod(f"tiny-lm={TINY_LM}", f"iris={ROOT / 'examples/models/iris'}")
     try:
         b = start_pod(f"tiny-lm={TINY_LM}", f"minilm={ROOT / 'examples/models/minilm'}")
