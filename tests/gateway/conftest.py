@@ -13,7 +13,6 @@ from tests.gateway.support import ROOT, TINY_LM, start_pod, wait_ready
 from tests.support.server import ServerProcess
 
 
-
 @dataclass
 class Pods:
     a: ServerProcess  # tiny-lm, iris
