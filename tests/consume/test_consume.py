@@ -436,5 +436,9 @@ async def test_one_flush_writes_results_failures_and_dead_letters_each_as_alone(
         assert [p["message_id"].decode() for p in pending] == [flaky.entry_id]
         assert await client.hgetall(names.failures) == {flaky.entry_id.encode(): b"1"}
         assert await streams.apply([]) == []
+        # A restarted Redis has lost the script: the call loads it again (NOSCRIPT).
+        await client.script_flush()
+        assert await streams.apply([Write(flaky, Result("flaky", 200, b"{}"))]) == [1]
+        assert await client.hlen(names.failures) == 0
     finally:
         await client.aclose()
