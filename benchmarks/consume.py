@@ -1,14 +1,20 @@
 """`podserve consume` against `podserve serve` on the same models at the same concurrency,
 and the kill -9 exactly-once run.
 
-    .venv/bin/python benchmarks/consume.py [--seconds 8] [--concurrency 32]
+    .venv/bin/python benchmarks/consume.py [--seconds 8] [--rounds 4] [--concurrency 32]
 
-Both sides are closed loops of `--concurrency` outstanding requests: HTTP clients each
-POST and wait for the answer; stream producers each XADD an entry and wait for its result
-on the results stream (one reader dispatches results by id). Same models, same data plane,
-same machine, one run: the report gives entries/s over requests/s per model, which should
-not be below 1. It also times one consumer draining a 10,000-entry backlog queued before it
-starts (what a consumer woken from zero by KEDA does), against the same HTTP rate.
+Each side is a closed loop of `--concurrency` outstanding requests: HTTP clients (podserve's
+lean HTTP/1.1 client) each POST and wait for the answer; stream producers each XADD an
+entry and wait for its result on the results stream (one reader dispatches results by id).
+The producers come twice: with redis-py, as the producer example in docs/async.md, and as
+lean as the HTTP client (raw RESP on a connection each, replies parsed by hiredis), so the
+comparison does not charge the queue for redis-py's per-command Python. The sides run
+interleaved, `--rounds` short segments each, against the same models, data plane and
+machine; the report gives the median per-round ratio of entries/s to requests/s per model
+(target: not below 1) and the CPU milliseconds each request cost in every process of its
+side (server + client; consumer + redis + producer). It also times one consumer draining
+a 10,000-entry backlog queued before it starts (what a consumer woken from zero by KEDA
+does), against the HTTP rate.
 
 Then two consumers share one group; 2,000 entries are queued; one consumer is killed with
 SIGKILL once a quarter are answered. The run passes when every request id has exactly one
@@ -29,12 +35,13 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -403,18 +410,75 @@ async def lean_stream_rate(
     return {"completed": done, "errors": errors, "per_s": done / elapsed}
 
 
-@contextlib.contextmanager
-def cpu_per_1k(pids: dict[str, int]) -> Iterator[dict[str, Any]]:
-    """CPU milliseconds per request for each process of one side, over the block: the
-    caller stores the number of requests completed in `completed`. On two shared CPUs
-    the rates move with other load; the CPU each request costs moves much less."""
-    before = {name: cpu_s(pid) for name, pid in pids.items()}
-    out: dict[str, Any] = {"completed": 0, "per_request": {}}
-    yield out
-    n = max(1, int(out["completed"]))
-    per = {name: round(1000 * (cpu_s(pid) - before[name]) / n, 4) for name, pid in pids.items()}
-    per["total"] = round(sum(per.values()), 4)
-    out["per_request"].update(per)
+Side = Callable[[float], Coroutine[Any, Any, dict[str, Any]]]
+
+
+def compare(
+    args: argparse.Namespace, root: Path, url: str, redis_pid: int, model: str
+) -> dict[str, Any]:
+    """HTTP, consume with redis-py producers and consume with lean producers, interleaved:
+    `--rounds` rounds of one short segment per side, the server and the consumer both up
+    throughout (the idle one blocks, costing nothing). On a shared machine other work
+    comes and goes over seconds; interleaving gives each side the same share of it, and
+    the median of the per-round ratios is the comparison. CPU is counted per process."""
+    repo = repository(root, model)
+    names = {"stream": f"req-{model}", "results": f"res-{model}"}
+    segment_s = args.seconds / args.rounds
+    with (
+        serve(repo, root / f"serve-{model}.log") as (http, server_pid),
+        consume(url, repo, names, root / f"consume-{model}.log") as consumer,
+    ):
+        c = args.concurrency
+        stream_pids = {"consumer": consumer.pid, "redis": redis_pid, "producer": os.getpid()}
+        sides: dict[str, tuple[Side, dict[str, int]]] = {
+            "http": (
+                lambda s: http_rate(http, model, c, s),
+                {"server": server_pid, "client": os.getpid()},
+            ),
+            "consume": (lambda s: stream_rate(url, names, model, c, s), stream_pids),
+            "consume_lean_producer": (
+                lambda s: lean_stream_rate(url, names, model, c, s),
+                stream_pids,
+            ),
+        }
+        for run, _pids in sides.values():
+            asyncio.run(run(1.0))  # warm-up
+        done = {side: 0 for side in sides}
+        errors = {side: 0 for side in sides}
+        elapsed = {side: 0.0 for side in sides}
+        cpu: dict[str, dict[str, float]] = {side: {} for side in sides}
+        rates: dict[str, list[float]] = {side: [] for side in sides}
+        for _ in range(args.rounds):
+            for side, (run, pids) in sides.items():
+                before = {name: cpu_s(pid) for name, pid in pids.items()}
+                result = asyncio.run(run(segment_s))
+                for name, pid in pids.items():
+                    cpu[side][name] = cpu[side].get(name, 0.0) + cpu_s(pid) - before[name]
+                done[side] += result["completed"]
+                errors[side] += result["errors"]
+                elapsed[side] += result["completed"] / max(result["per_s"], 1e-9)
+                rates[side].append(result["per_s"])
+    out: dict[str, Any] = {}
+    for side in sides:
+        n = max(1, done[side])
+        per = {name: round(1000 * used / n, 4) for name, used in cpu[side].items()}
+        per["total"] = round(sum(per.values()), 4)
+        out[side] = {
+            "completed": done[side],
+            "errors": errors[side],
+            "per_s": round(done[side] / max(elapsed[side], 1e-9), 1),
+            "per_round_per_s": [round(r) for r in rates[side]],
+            "cpu_ms_per_request": per,
+        }
+    for side in ("consume", "consume_lean_producer"):
+        ratios = [a / b for a, b in zip(rates[side], rates["http"], strict=True)]
+        key = "consume_over_http" if side == "consume" else "consume_lean_over_http"
+        out[key] = round(statistics.median(ratios), 3)
+        out[key.replace("over_http", "per_round")] = [round(r, 3) for r in ratios]
+    drained = drain_rate(url, root, model)
+    out["backlog_drain"] = drained
+    out["drain_over_http"] = round(drained["per_s"] / out["http"]["per_s"], 3)
+    return out
 
 
 def drain_rate(redis_url: str, root: Path, model: str, total: int = 10_000) -> dict[str, Any]:
@@ -478,13 +542,15 @@ def kill_9_run(redis_url: str, root: Path, total: int = 2000) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--seconds", type=float, default=8.0, help="per side, all rounds")
+    parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--models", nargs="*", default=sorted(BODIES))
     args = parser.parse_args()
     report: dict[str, Any] = {
         "concurrency": args.concurrency,
         "seconds": args.seconds,
+        "rounds": args.rounds,
         "cpus": os.cpu_count(),
         "models": {},
     }
@@ -494,53 +560,16 @@ def main() -> int:
     ):
         root = Path(tmp)
         for model in args.models:
-            repo = repository(root, model)
-            with serve(repo, root / f"serve-{model}.log") as (http, server_pid):
-                asyncio.run(http_rate(http, model, args.concurrency, 1.0))  # warm-up
-                with cpu_per_1k({"server": server_pid, "client": os.getpid()}) as http_cpu:
-                    over_http = asyncio.run(http_rate(http, model, args.concurrency, args.seconds))
-                    http_cpu["completed"] = over_http["completed"]
-            over_http["cpu_ms_per_request"] = http_cpu["per_request"]
-            names = {"stream": f"req-{model}", "results": f"res-{model}"}
-            with consume(url, repo, names, root / f"consume-{model}.log") as consumer:
-                asyncio.run(stream_rate(url, names, model, args.concurrency, 1.0))  # warm-up
-                pids = {"consumer": consumer.pid, "redis": redis_pid, "producer": os.getpid()}
-                with cpu_per_1k(pids) as stream_cpu:
-                    over_stream = asyncio.run(
-                        stream_rate(url, names, model, args.concurrency, args.seconds)
-                    )
-                    stream_cpu["completed"] = over_stream["completed"]
-            over_stream["cpu_ms_per_request"] = stream_cpu["per_request"]
-            with consume(url, repo, names, root / f"consume-lean-{model}.log") as consumer:
-                asyncio.run(lean_stream_rate(url, names, model, args.concurrency, 1.0))
-                pids = {"consumer": consumer.pid, "redis": redis_pid, "producer": os.getpid()}
-                with cpu_per_1k(pids) as lean_cpu:
-                    over_lean = asyncio.run(
-                        lean_stream_rate(url, names, model, args.concurrency, args.seconds)
-                    )
-                    lean_cpu["completed"] = over_lean["completed"]
-            over_lean["cpu_ms_per_request"] = lean_cpu["per_request"]
-            drained = drain_rate(url, root, model)
-            report["models"][model] = {
-                "http": over_http,
-                "consume": over_stream,
-                "consume_over_http": round(over_stream["per_s"] / over_http["per_s"], 3),
-                "consume_lean_producer": over_lean,
-                "consume_lean_over_http": round(over_lean["per_s"] / over_http["per_s"], 3),
-                "backlog_drain": drained,
-                "drain_over_http": round(drained["per_s"] / over_http["per_s"], 3),
-            }
+            report["models"][model] = compare(args, root, url, redis_pid, model)
+            line = report["models"][model]
             print(
-                f"{model}: closed loop at {args.concurrency}: http {over_http['per_s']:.0f}/s, "
-                f"consume {over_stream['per_s']:.0f}/s "
-                f"(x{report['models'][model]['consume_over_http']}), with lean producers "
-                f"{over_lean['per_s']:.0f}/s "
-                f"(x{report['models'][model]['consume_lean_over_http']}); "
-                "backlog drain "
-                f"{drained['per_s']:.0f}/s (x{report['models'][model]['drain_over_http']}); "
-                f"CPU ms per request: http {over_http['cpu_ms_per_request']}, "
-                f"consume {over_stream['cpu_ms_per_request']}, "
-                f"lean {over_lean['cpu_ms_per_request']}",
+                f"{model}: closed loop at {args.concurrency}, median of {args.rounds} "
+                f"interleaved rounds: consume/http x{line['consume_over_http']}, with lean "
+                f"producers x{line['consume_lean_over_http']}; backlog drain "
+                f"{line['backlog_drain']['per_s']:.0f}/s (x{line['drain_over_http']} the "
+                f"http rate); CPU ms per request: http {line['http']['cpu_ms_per_request']}, "
+                f"consume {line['consume']['cpu_ms_per_request']}, lean "
+                f"{line['consume_lean_producer']['cpu_ms_per_request']}",
                 flush=True,
             )
         report["kill_9"] = kill_9_run(url, root)
