@@ -189,6 +189,32 @@ class ServerSettings(BaseSettings):
         le=1,
         description="Fraction of requests that get an access-log line (0 turns them off).",
     )
+    # HTTP connection bounds (server/limits.py). Defaults follow common front ends: nginx's
+    # large_client_header_buffers (4 x 8 KB) and keepalive_timeout (75 s, longer than
+    # the 60 s idle timeout of cloud load balancers, which must close first).
+    max_header_bytes: int = Field(
+        32 * 1024,
+        ge=1024,
+        description="Largest request line plus headers accepted on one HTTP request; "
+        "more is answered 431 and the connection closed.",
+    )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="Time a client has to send a request's complete headers, from the "
+        "connection (or the request's first byte); then 408 and the connection closed.",
+    )
+    keep_alive_timeout_s: int = Field(
+        75,
+        gt=0,
+        description="Idle time after which a keep-alive HTTP connection is closed.",
+    )
+    max_connections: int = Field(
+        4096,
+        ge=1,
+        description="Open HTTP connections at most; one more is answered 503 (JSON, "
+        "Retry-After) and closed before anything is read from it.",
+    )
 
     @field_validator("models", mode="before")
     @classmethod

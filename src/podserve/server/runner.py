@@ -21,6 +21,7 @@ from podserve.config.settings import ServerSettings
 from podserve.dataplane.build import build_dataplane
 from podserve.server.app import App
 from podserve.server.http_server import HttpServer
+from podserve.server.limits import HttpLimits, bounded_protocol
 
 log = logging.getLogger("podserve.server")
 
@@ -52,7 +53,15 @@ async def serve(
         server_header=False,
         # Exits happen only after our own drain, so uvicorn need not wait again.
         timeout_graceful_shutdown=1,
-        limit_concurrency=None,
+        limit_concurrency=None,  # server/limits.py caps connections, answering JSON
+        timeout_keep_alive=settings.keep_alive_timeout_s,
+        http=bounded_protocol(
+            HttpLimits(
+                max_header_bytes=settings.max_header_bytes,
+                header_timeout_s=settings.header_timeout_s,
+                max_connections=settings.max_connections,
+            )
+        ),
     )
     server = HttpServer(config)
     grpc_server = None

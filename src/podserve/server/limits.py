@@ -1,0 +1,167 @@
+"""Bounds on HTTP connections, where uvicorn's httptools protocol has none (issue 15
+item 6): request-line-plus-header bytes, the time to send complete headers, and open
+connections. The keep-alive idle timeout is uvicorn's own `timeout_keep_alive`.
+
+uvicorn 0.54's `HttpToolsProtocol` (uvicorn/protocols/http/httptools_impl.py) hands
+header bytes to llhttp with no size bound (an 8 MB header was accepted), starts its only
+timer after a response (so a connection that never completes its headers stays open
+forever), and its `limit_concurrency` answers over-limit requests with a plain-text 503
+after reading their headers. h11 has `h11_max_incomplete_event_size`, but httptools is
+what uvicorn[standard] runs and the faster parser, so the bounds are added here, in a
+subclass, at the parser's callbacks:
+
+- header bytes: the URL and every header name and value are counted as the parser
+  reports them, and so are the raw bytes of reads that leave the headers incomplete;
+  past `max_header_bytes`, a JSON 431 and close (RFC 6585 §5);
+- header timeout: a timer from the connection's start (or a request's first byte on a
+  kept-alive connection) until the headers are complete; when it fires, a JSON 408 and
+  close (RFC 9110 §15.5.9), the slow-loris defence nginx calls client_header_timeout;
+- connections: a connection past `max_connections` gets a JSON 503 with Retry-After and
+  is closed at once, before a byte of it is read: refusing costs next to nothing.
+
+Every refusal is JSON, like every other error podserve sends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import orjson
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+_REASONS = {
+    408: b"Request Timeout",
+    431: b"Request Header Fields Too Large",
+    503: b"Service Unavailable",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class HttpLimits:
+    max_header_bytes: int
+    header_timeout_s: float
+    max_connections: int
+
+
+def bounded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
+    """uvicorn's httptools protocol with `limits` (pass as `uvicorn.Config(http=...)`)."""
+    return type("BoundedHttpToolsProtocol", (BoundedHttpToolsProtocol,), {"limits": limits})
+
+
+class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    limits: ClassVar[HttpLimits]
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self._header_bytes = 0
+        self._in_headers = True
+        self._refused = False
+        self._header_timer: asyncio.TimerHandle | None = None
+        super().connection_made(transport)
+        if len(self.connections) > self.limits.max_connections:
+            self._refuse(
+                503,
+                f"too many open connections (max_connections={self.limits.max_connections}); "
+                "retry later or on another replica",
+                retry_after=True,
+            )
+            return
+        self._arm_header_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_header_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        super().data_received(data)
+        # llhttp reports a header only once its value is complete, so a header that
+        # never ends would never be counted: count the raw bytes of every read after
+        # which the headers are still incomplete, too. (A pipelined read holding the
+        # tail of one body and the start of the next headers is over-counted; clients
+        # rarely pipeline, and a refusal then is a 431, not a wrong answer.)
+        if self._in_headers and not self._refused:
+            self._count(len(data))
+
+    # --- parser callbacks ------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        self._header_bytes = 0
+        self._in_headers = True
+        if self._header_timer is None:  # the next request on a kept-alive connection
+            self._arm_header_timer()
+        super().on_message_begin()
+
+    def on_url(self, url: bytes) -> None:
+        if self._count(len(url)):
+            super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._count(len(name) + len(value) + 4):  # ": " and CRLF
+            super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._disarm_header_timer()
+        self._in_headers = False
+        self._header_bytes = 0
+        if not self._refused:
+            super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if not self._refused:
+            super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._in_headers = False
+        if not self._refused:
+            super().on_message_complete()
+
+    # --- bounds ------------------------------------------------------------------------------
+    def _count(self, size: int) -> bool:
+        if self._refused:
+            return False
+        self._header_bytes += size
+        if self._header_bytes > self.limits.max_header_bytes:
+            self._refuse(
+                431,
+                f"request line and headers exceed max_header_bytes="
+                f"{self.limits.max_header_bytes}",
+            )
+            return False
+        return True
+
+    def _arm_header_timer(self) -> None:
+        self._header_timer = self.loop.call_later(
+            self.limits.header_timeout_s, self._header_timeout
+        )
+
+    def _disarm_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _header_timeout(self) -> None:
+        self._header_timer = None
+        if self.cycle is not None and not self.cycle.response_complete:
+            return  # a request is being answered; its headers did arrive
+        self._refuse(
+            408,
+            f"request headers not complete within header_timeout_s="
+            f"{self.limits.header_timeout_s:g}",
+        )
+
+    def _refuse(self, status: int, message: str, *, retry_after: bool = False) -> None:
+        self._refused = True
+        self._disarm_header_timer()
+        body = orjson.dumps({"error": message})
+        head: list[Any] = [
+            b"HTTP/1.1 %d %s\r\n" % (status, _REASONS[status]),
+            b"content-type: application/json\r\n",
+            b"content-length: %d\r\n" % len(body),
+            b"connection: close\r\n",
+        ]
+        if retry_after:
+            head.append(b"retry-after: 1\r\n")
+        self.transport.write(b"".join([*head, b"\r\n", body]))
+        self.transport.close()

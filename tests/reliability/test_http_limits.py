@@ -1,0 +1,158 @@
+"""HTTP connection bounds (issue 15 item 6) on a real server, with raw sockets: an 8 MB
+header is refused, half-sent headers and idle connections are closed after the header
+timeout, an idle keep-alive connection after the keep-alive timeout, and a connection
+past the cap is refused before it is read. Every refusal is JSON."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.server import ServerProcess
+
+pytestmark = pytest.mark.slow
+
+# Generous socket timeouts: they only stop a broken build from hanging the suite; the
+# server's own timeouts (well under them) are what end each connection.
+SOCKET_TIMEOUT_S = 30
+
+
+@pytest.fixture(scope="module")
+def quick() -> Iterator[ServerProcess]:
+    """Short header and keep-alive timeouts."""
+    args = ("--header-timeout-s", "0.5", "--keep-alive-timeout-s", "1")
+    with ServerProcess(*args) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def capped() -> Iterator[ServerProcess]:
+    """Small header and connection caps, long timeouts."""
+    args = (
+        "--max-header-bytes",
+        "4096",
+        "--max-connections",
+        "4",
+        "--header-timeout-s",
+        "60",
+        "--keep-alive-timeout-s",
+        "60",
+    )
+    with ServerProcess(*args) as server:
+        yield server
+
+
+def connect(server: ServerProcess) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", server.http_port), timeout=SOCKET_TIMEOUT_S)
+    return sock
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    chunks = []
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def read_response(sock: socket.socket) -> bytes:
+    """One whole response (status line, headers, a content-length body)."""
+    raw = b""
+    while b"\r\n\r\n" not in raw:
+        raw += sock.recv(65536)
+    head, _, body = raw.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":")[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length")
+    )
+    while len(body) < length:
+        body += sock.recv(65536)
+    return raw
+
+
+def parse(raw: bytes) -> tuple[int, dict[str, str], dict[str, object]]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    return status, headers, json.loads(body)
+
+
+def test_an_8_mb_header_is_refused_431(capped: ServerProcess) -> None:
+    with connect(capped) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ")
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            for _ in range(8 * 16):  # 8 MB in 64 KB pieces; the server closes early
+                sock.sendall(b"a" * 65536)
+        status, headers, body = parse(read_until_closed(sock))
+    assert status == 431
+    assert headers["content-type"] == "application/json"
+    assert "max_header_bytes=4096" in str(body["error"])
+
+
+def test_a_header_under_the_cap_is_served(capped: ServerProcess) -> None:
+    with connect(capped) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Ok: " + b"a" * 2000 + b"\r\n\r\n")
+        assert read_response(sock).startswith(b"HTTP/1.1 200")
+
+
+def test_half_sent_headers_are_closed_after_the_header_timeout(quick: ServerProcess) -> None:
+    with connect(quick) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
+        status, headers, body = parse(read_until_closed(sock))
+    assert status == 408
+    assert headers["connection"] == "close"
+    assert "header_timeout_s=0.5" in str(body["error"])
+
+
+def test_a_silent_connection_is_closed_after_the_header_timeout(quick: ServerProcess) -> None:
+    with connect(quick) as sock:
+        status, _, _ = parse(read_until_closed(sock))
+    assert status == 408
+
+
+def test_an_idle_keep_alive_connection_is_closed(quick: ServerProcess) -> None:
+    with connect(quick) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_response(sock).startswith(b"HTTP/1.1 200")
+        # Nothing more is sent: the server closes the connection (EOF), it does not
+        # answer 408, since the request before was complete.
+        assert read_until_closed(sock) == b""
+
+
+def test_slow_but_complete_requests_on_one_connection_are_served(quick: ServerProcess) -> None:
+    with connect(quick) as sock:
+        for _ in range(3):
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert read_response(sock).startswith(b"HTTP/1.1 200")
+
+
+def test_a_connection_past_the_cap_is_refused_503(capped: ServerProcess) -> None:
+    held = [connect(capped) for _ in range(4)]
+    try:
+        for sock in held:  # each has been accepted and answered: all four are open
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert read_response(sock).startswith(b"HTTP/1.1 200")
+        with connect(capped) as extra:
+            status, headers, body = parse(read_until_closed(extra))
+        assert status == 503
+        assert headers["retry-after"] == "1"
+        assert "max_connections=4" in str(body["error"])
+    finally:
+        for sock in held:
+            sock.close()
+    # Closing them frees the slots.
+    with connect(capped) as sock:
+        for _ in range(200):  # the server notices the closes on its next loop turns
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            reply = read_response(sock)
+            if reply.startswith(b"HTTP/1.1 200"):
+                break
+            sock.close()
+            sock = connect(capped)
+        assert reply.startswith(b"HTTP/1.1 200")
