@@ -125,8 +125,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self._header_bytes > self.limits.max_header_bytes:
             self._refuse(
                 431,
-                f"request line and headers exceed max_header_bytes="
-                f"{self.limits.max_header_bytes}",
+                f"request line and headers exceed max_header_bytes={self.limits.max_header_bytes}",
             )
             return False
         return True
