@@ -27,6 +27,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         f"echo={echo}",
         "--model",
         f"lazy={lazy}",
+        # the repository API's load/unload (tritonclient's load_model) need it
+        "--model-control-mode",
+        "explicit",
         grpc=True,
     ) as process:
         wait_until(lambda: process.get("/ready").status_code == 200, timeout_s=60, what="ready")

@@ -115,7 +115,8 @@ def test_repository_index_load_and_unload(client: httpclient.InferenceServerClie
     assert client.infer("lazy", [x]).as_numpy("y").tolist() == [[2.0, 2.0, 2.0]]
     client.unload_model("lazy")
     assert not client.is_model_ready("lazy")
-    with pytest.raises(InferenceServerException, match="UNAVAILABLE"):
+    # unloaded on purpose: a 404 that says so, not a retryable 503 (issue 15 item 4)
+    with pytest.raises(InferenceServerException, match="unloaded through the repository API"):
         client.infer("lazy", [x])
     with pytest.raises(InferenceServerException, match="unknown model"):
         client.load_model("nope")

@@ -213,12 +213,12 @@ class FakeDataPlane:
             if not ready_only or state == "READY"
         ]
 
-    async def load_model(self, name: str) -> None:
+    async def load_model(self, name: str, call: CallContext | None = None) -> None:
         self._known(name)
         self.loads.append(name)
         self.states[name] = "READY"
 
-    async def unload_model(self, name: str) -> None:
+    async def unload_model(self, name: str, call: CallContext | None = None) -> None:
         self._known(name)
         self.unloads.append(name)
         self.states[name] = "UNAVAILABLE"

@@ -134,6 +134,17 @@ class ServerSettings(BaseSettings):
         description="Load a known but unloaded model on its first request (multi-model "
         "serving); concurrent first requests share one load.",
     )
+    model_control_mode: Literal["none", "explicit"] = Field(
+        "none",
+        description="Triton's model-control mode: `none` loads the repository at startup "
+        "and refuses the repository API's load and unload (400); `explicit` allows them.",
+    )
+    admin_token: str | None = Field(
+        None,
+        description="When set, repository load and unload need `Authorization: Bearer "
+        "<token>` (gRPC: `authorization` metadata); prefer the environment variable to "
+        "the flag, which other users of the host can read.",
+    )
     memory_budget_bytes: int | None = Field(
         None,
         ge=1,

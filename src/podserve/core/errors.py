@@ -29,6 +29,16 @@ class ModelNotFound(PodserveError):
     """No model (or version) of that name is known to this server (HTTP 404)."""
 
 
+class ModelUnloaded(ModelNotFound):
+    """The model was unloaded on purpose (the repository API) and is not served until it
+    is loaded again: not retryable, unlike a model that is still loading (HTTP 404)."""
+
+
+class Unauthenticated(PodserveError):
+    """The request needs credentials it did not carry, or carried wrong ones (HTTP 401,
+    gRPC UNAUTHENTICATED)."""
+
+
 class NotFound(PodserveError):
     """A named resource other than a model, such as a shared-memory region, is not
     registered (HTTP 404, gRPC NOT_FOUND)."""

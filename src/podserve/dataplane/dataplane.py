@@ -44,6 +44,7 @@ from podserve.core.tensors import InferRequest, InferResponse
 from podserve.core.triton import ModelConfigView, ModelStatistics
 from podserve.dataplane import triton
 from podserve.dataplane.deadlines import deadline_s
+from podserve.dataplane.model_control import ModelControl
 from podserve.dataplane.prompts import Tokenizing, check_prompt_size
 from podserve.dataplane.rows import check_rows
 from podserve.dataplane.streams import GenerationStream
@@ -113,6 +114,7 @@ class DataPlane:
         self._payloads = payloads
         self._draining_hint = DrainingRetryHint(clock)
         self._tokenizing = Tokenizing()
+        self._model_control = ModelControl(settings.model_control_mode, settings.admin_token)
         self.edge = EdgeLimits(
             max_body_bytes=settings.max_body_bytes,
             access_log_sample_rate=settings.access_log_sample_rate,
@@ -249,6 +251,7 @@ class DataPlane:
             raise Draining(retry_after_s=self._draining_hint.retry_after_s(model))
 
     async def _acquire(self, model: str, version: str | None) -> Worker:
+        self._model_control.check_served(model)
         try:
             return await self._repository.acquire_worker(model, version)
         except Unavailable as exc:
@@ -315,13 +318,19 @@ class DataPlane:
             rows.append(RepositoryEntry(entry.name, entry.config.version, state, entry.error or ""))
         return rows
 
-    async def load_model(self, name: str) -> None:
+    async def load_model(self, name: str, call: CallContext | None = None) -> None:
+        """Load a model. An edge passes its call, which must be allowed to
+        (dataplane/model_control.py); None is the process itself."""
+        self._model_control.authorize(call)
         if self._lifecycle.draining:
             raise Draining()
         await self._repository.load(name)
+        self._model_control.loaded(name)
 
-    async def unload_model(self, name: str) -> None:
+    async def unload_model(self, name: str, call: CallContext | None = None) -> None:
+        self._model_control.authorize(call)
         await self._repository.unload(name)
+        self._model_control.unloaded(name)
 
     # --- Triton's model configuration and statistics extensions ----------------------
     def model_config(self, name: str, version: str | None = None) -> ModelConfigView:

@@ -46,6 +46,8 @@ class CallContext:
     request_id: str | None = None
     timeout_ms: str | None = None
     client_timeout_s: float | None = None
+    # the credential a repository call carried (dataplane/model_control.py)
+    admin_token: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from podserve.core.errors import (
     NotFound,
     PayloadTooLarge,
     PodserveError,
+    Unauthenticated,
     Unavailable,
     UnprocessableInput,
 )
@@ -23,6 +24,7 @@ from podserve.server.http import Response, json_response
 _STATUS: tuple[tuple[type[PodserveError], int], ...] = (
     (InvalidInput, 400),
     (ModelNotFound, 404),
+    (Unauthenticated, 401),
     (NotFound, 404),
     (AlreadyExists, 400),  # Triton's HTTP server: ALREADY_EXISTS is a 400
     (PayloadTooLarge, 413),
@@ -52,6 +54,7 @@ def openai_error_response(error: PodserveError) -> Response:
     status = status_of(error)
     kind = {
         400: "invalid_request_error",
+        401: "authentication_error",
         404: "not_found_error",
         413: "invalid_request_error",
         422: "invalid_request_error",

@@ -5,6 +5,7 @@ moves bytes between HTTP and the data plane."""
 from __future__ import annotations
 
 from podserve.dataplane import CallContext, DataPlane
+from podserve.dataplane.model_control import bearer_token
 from podserve.protocol.v2 import (
     INFERENCE_HEADER_CONTENT_LENGTH,
     binary_output_names,
@@ -87,10 +88,19 @@ class V2Routes:
 
     async def load(self, request: Request) -> Response:
         await request.body(self._max_body_bytes)
-        await self._dataplane.load_model(request.model)
+        await self._dataplane.load_model(request.model, _admin_call(request))
         return json_response(200, {})
 
     async def unload(self, request: Request) -> Response:
         await request.body(self._max_body_bytes)
-        await self._dataplane.unload_model(request.model)
+        await self._dataplane.unload_model(request.model, _admin_call(request))
         return json_response(200, {})
+
+
+def _admin_call(request: Request) -> CallContext:
+    """A repository call with its credentials (`Authorization: Bearer <token>`)."""
+    return CallContext(
+        endpoint="v2.repository",
+        request_id=request.request_id,
+        admin_token=bearer_token(request.header("authorization")),
+    )

@@ -37,11 +37,13 @@ from podserve.core.errors import (
     NotFound,
     PayloadTooLarge,
     PodserveError,
+    Unauthenticated,
     Unavailable,
     UnprocessableInput,
 )
 from podserve.core.ids import accept_request_id
 from podserve.dataplane import CallContext, DataPlaneAPI
+from podserve.dataplane.model_control import bearer_token
 from podserve.protocol.v2.vllm_tensors import asks_for_generation
 from podserve.server.errors import status_of
 from podserve.server.grpc import triton
@@ -79,6 +81,7 @@ _STATUS_BY_ERROR: tuple[tuple[type[PodserveError], grpc.StatusCode], ...] = (
     (UnprocessableInput, grpc.StatusCode.INVALID_ARGUMENT),
     (PayloadTooLarge, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (ModelNotFound, grpc.StatusCode.NOT_FOUND),
+    (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (NotFound, grpc.StatusCode.NOT_FOUND),
     (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
@@ -378,7 +381,7 @@ class InferenceServicer(SharedMemoryRpcs):
             _check_repository_name(request.repository_name)
             _check_model_name(request.model_name)
             _refuse_parameters(request.parameters, frozenset(), "load")
-            await self._dataplane.load_model(request.model_name)
+            await self._dataplane.load_model(request.model_name, _admin_call(context))
             return pb.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(
@@ -388,11 +391,19 @@ class InferenceServicer(SharedMemoryRpcs):
             _check_repository_name(request.repository_name)
             _check_model_name(request.model_name)
             _refuse_parameters(request.parameters, _UNLOAD_PARAMETERS, "unload")
-            await self._dataplane.unload_model(request.model_name)
+            await self._dataplane.unload_model(request.model_name, _admin_call(context))
             return pb.RepositoryModelUnloadResponse()
 
     def _guard(self, context: Context, method: str) -> AbstractAsyncContextManager[None]:
         return _status_on_error(context, method)
+
+
+def _admin_call(context: Context) -> CallContext:
+    """A repository call with its credentials (`authorization: Bearer <token>` metadata)."""
+    return CallContext(
+        endpoint="grpc.repository",
+        admin_token=bearer_token(_metadata_value(context, "authorization")),
+    )
 
 
 def _check_repository_name(name: str) -> None:
