@@ -245,6 +245,24 @@ class DataPlane:
         self._lifecycle.request_finished()
         self._draining_hint.completed(model)
 
+    def refuse_early(self, model: str, version: str | None = None) -> None:
+        """Refuse now, before an edge reads or decodes the body, a tensor request that
+        would be refused anyway: the server is draining, the model is unknown, or its
+        queue is full (issue 15 item 9: under 10x overload, reading and decoding the
+        bodies of requests only to reject them took CPU the model needed). The check
+        is a few attribute reads; `infer` still decides for the requests it lets by."""
+        self._refuse_if_draining(model)
+        worker = self._repository.entry(model, version).worker
+        if worker is None or worker.generator is not None:
+            return
+        if worker.queue_depth >= worker.limits.max_queue:
+            self._reject(model, "queue_full")
+            raise Unavailable(
+                f"model {model!r} queue is full ({worker.limits.max_queue} waiting); "
+                "retry later or on another replica",
+                reason="queue_full",
+            )
+
     def _refuse_if_draining(self, model: str) -> None:
         if self._lifecycle.draining:
             self._reject(model, "draining")

@@ -48,6 +48,8 @@ class Route:
     endpoint: str = "v2"
     # OpenAI routes answer errors with OpenAI's error object.
     openai: bool = False
+    # Tensor inference names its model in the URL: a full queue refuses it unread.
+    early_refusal: bool = False
 
 
 class App:
@@ -164,7 +166,8 @@ class App:
             if rest == ["stats"]:
                 return {"GET": Route(self._v2.model_statistics)}, params, model
             if rest == ["infer"]:
-                return {"POST": Route(self._v2.infer, inference=True)}, params, model
+                route = Route(self._v2.infer, inference=True, early_refusal=True)
+                return {"POST": route}, params, model
         elif path.startswith("/v2/repository/models/"):
             parts = path[len("/v2/repository/models/") :].split("/")
             if len(parts) == 2 and parts[0]:
@@ -226,6 +229,9 @@ class App:
         first: a queued request then leaves the queue and frees its slot, and a stream is
         aborted, freeing its sequence and KV cache. Returns the status; None = client gone."""
         try:
+            if route.early_refusal:
+                # before a byte of the body is read (DataPlane.refuse_early)
+                self._dataplane.refuse_early(request.model, request.path_params.get("version"))
             await request.body(self._max_body_bytes)  # cached for the handler
         except PodserveError as exc:
             response = self._error(route, exc)
