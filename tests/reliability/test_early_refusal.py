@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,7 @@ async def test_a_full_queue_refuses_before_reading_the_body(plane: DataPlane) ->
             reads.append("body")
             return {"type": "http.request", "body": BODY, "more_body": False}
 
-        async def send(message: dict[str, Any]) -> None:
+        async def send(message: MutableMapping[str, Any]) -> None:
             sent.append(dict(message))
 
         scope = {
