@@ -213,6 +213,9 @@ class FakeDataPlane:
             if not ready_only or state == "READY"
         ]
 
+    def refuse_early(self, name: str, version: str | None = None) -> None:
+        """The fake has no queues and no drain: it never refuses early."""
+
     async def load_model(self, name: str, call: CallContext | None = None) -> None:
         self._known(name)
         self.loads.append(name)

@@ -240,6 +240,8 @@ class InferenceServicer(SharedMemoryRpcs):
         try:
             async with _status_on_error(context, "ModelInfer", request_id):
                 try:
+                    # a full queue or a drain refuses before the tensors are decoded
+                    self._dataplane.refuse_early(request.model_name, request.model_version or None)
                     infer_request = decode_infer_request(
                         request,
                         request_id=request_id,
