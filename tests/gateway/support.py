@@ -154,7 +154,9 @@ def postgres_server() -> Iterator[str]:
     as_user: list[str] = []
     if os.geteuid() == 0:  # postgres refuses to run as root
         shutil.chown(data, "postgres", "postgres")
-        as_user = ["runuser", "-u", "postgres", "--"]
+        # runuser lives in /usr/sbin, which a minimal PATH (CI's `env -i`) leaves out.
+        sbin = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+        as_user = [shutil.which("runuser", path=sbin) or "runuser", "-u", "postgres", "--"]
     subprocess.run(
         [
             *as_user,
