@@ -167,3 +167,26 @@ async def test_staged_requests_count_against_the_queue_bound(tmp_path: Path) -> 
     model.release.set()
     await asyncio.gather(*tasks)
     worker.close()
+
+
+async def test_a_deadline_timer_that_fires_early_is_armed_again(tmp_path: Path) -> None:
+    """The loop's timer can fire before the deadline on the worker's clock (uvloop keeps
+    whole milliseconds): the request must still expire once the deadline passes, not wait
+    unexpired for a free instance and be computed late (seen as a flaky 200 for a 200 ms
+    `x-request-timeout-ms` behind a busy model)."""
+    clock = FakeClock()
+    worker, model = make_worker(tmp_path, clock)
+    running = [asyncio.ensure_future(worker.infer(request(float(i)))) for i in range(2)]
+    await started(model.starts[0])
+    late = asyncio.ensure_future(worker.infer(request(7.0, deadline_s=clock.now_s() + 0.001)))
+    await until(lambda: worker.queue_depth == 1, "the request to queue")
+    # The real timer (1 ms) fires while the fake clock has not reached the deadline.
+    await asyncio.sleep(0.02)  # waiting for that timer is the point
+    assert not late.done()
+    clock.advance(1)
+    with pytest.raises(DeadlineExceeded, match="not computed"):
+        await asyncio.wait_for(late, timeout=WAIT_S)
+    model.release.set()
+    await asyncio.gather(*running)
+    assert model.started() == [2]  # the expired request never reached the model
+    worker.close()

@@ -251,6 +251,16 @@ class ModelWorker:
     def _expire(self, key: int) -> None:
         now = self._clock.now_s()
         dispatched = self._dispatched.get(key)
+        waiting = dispatched[0] if dispatched is not None else self._pending.get(key)
+        if waiting is not None and waiting.track.state.waiting and not waiting.track.overdue(now):
+            # The loop's timer fired before the deadline on the worker's clock: uvloop (libuv)
+            # keeps timers in whole milliseconds and asyncio runs a handle up to its clock
+            # resolution early. Without another timer this request would wait, unexpired,
+            # for a free instance and be computed after its deadline.
+            assert waiting.track.deadline_s is not None
+            remaining_s = max(waiting.track.deadline_s - now, 0.001)
+            waiting.expiry = self._loop.call_later(remaining_s, self._expire, key)
+            return
         if dispatched is not None:
             pending, job = dispatched
             if not job.staged:
