@@ -139,9 +139,13 @@ def test_abort_ends_the_stream_and_frees_the_slot(
     assert first.token_id is not None
     assert first.finish_reason is None
     assert engine.abort("long") is True
+    # Tokens the step thread published before the abort are already in the stream (on a
+    # loaded machine it can run several steps while the test reads the first token).
+    buffered = stream._sync_queue.qsize()
     rest = list(events)
     assert rest[-1] == TokenEvent(None, "", "abort")
-    assert len(rest) <= 2  # at most the token of the step that was running, then the end
+    # after those, at most the token of the step that was running, then the end
+    assert len(rest) <= buffered + 2
     stats = engine.stats()
     assert stats.num_running == 0
     assert stats.kv_usage_ratio == 0
