@@ -201,8 +201,7 @@ class ModelWorker:
         now = self._clock.now_s()
         track = RequestTrack(enqueued_s=now, deadline_s=request.deadline_s)
         pending = _Pending(key, request, self._loop.create_future(), rows, track)
-        if request.deadline_s is not None:
-            pending.expiry = self._loop.call_later(request.deadline_s - now, self._expire, key)
+        self._arm_expiry(pending, now)
         self._pending[key] = pending
         self._policy.add(key, rows, now)
         self._inflight += 1
@@ -248,18 +247,18 @@ class ModelWorker:
             raise DeadlineExceeded("request deadline passed before it was queued; not computed")
         return max(rows, 1)
 
+    def _arm_expiry(self, pending: _Pending, now: float) -> None:
+        if pending.track.deadline_s is not None:
+            delay_s = max(pending.track.deadline_s - now, 0.001)
+            pending.expiry = self._loop.call_later(delay_s, self._expire, pending.key)
+
     def _expire(self, key: int) -> None:
         now = self._clock.now_s()
         dispatched = self._dispatched.get(key)
         waiting = dispatched[0] if dispatched is not None else self._pending.get(key)
         if waiting is not None and waiting.track.state.waiting and not waiting.track.overdue(now):
-            # The loop's timer fired before the deadline on the worker's clock: uvloop (libuv)
-            # keeps timers in whole milliseconds and asyncio runs a handle up to its clock
-            # resolution early. Without another timer this request would wait, unexpired,
-            # for a free instance and be computed after its deadline.
-            assert waiting.track.deadline_s is not None
-            remaining_s = max(waiting.track.deadline_s - now, 0.001)
-            waiting.expiry = self._loop.call_later(remaining_s, self._expire, key)
+            # Fired early (uvloop keeps timers in whole ms): arm again, or it never expires.
+            self._arm_expiry(waiting, now)
             return
         if dispatched is not None:
             pending, job = dispatched
