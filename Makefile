@@ -10,7 +10,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 MODEL_REPOSITORY ?= examples/models
 
-.PHONY: serve test lint typecheck imports unit bench fmt models clean
+.PHONY: serve test lint typecheck imports unit checkov bench fmt models clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,7 +33,7 @@ serve: $(VENV)/.serve-installed
 	$(BIN)/podserve serve --model-repository $(MODEL_REPOSITORY) --host $(HOST) --port $(PORT) \
 		--log-format console
 
-test: $(VENV)/.dev-installed lint typecheck imports unit
+test: $(VENV)/.dev-installed lint typecheck imports unit checkov
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check src tests scripts benchmarks examples
@@ -44,6 +44,11 @@ typecheck: $(VENV)/.dev-installed
 
 imports: $(VENV)/.dev-installed
 	$(BIN)/lint-imports
+
+# checkov scans every example's rendered output (scripts/checkov-examples.sh); it pins older
+# boto3/packaging than podserve, so it lives in its own venv, created on first use.
+checkov: $(VENV)/.dev-installed
+	bash scripts/checkov-examples.sh
 
 unit: $(VENV)/.dev-installed
 	$(BIN)/pytest -q
