@@ -294,16 +294,110 @@ async def _closed_loop_raw(
     return latencies, overheads, codes, elapsed
 
 
-def _summary(
-    latencies: list[float], overheads: list[float], codes: Counter[int], elapsed: float
-) -> dict[str, Any]:
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process, all its threads (/proc/<pid>/stat fields
+    14 and 15, proc(5)). Ticks are 10 ms; a slice's thousands of requests make that small."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def self_cpu_s() -> float:
+    """The load generator's CPU: this process, every thread."""
+    t = os.times()
+    return t.user + t.system
+
+
+def runqueue_wait_s(pid: int) -> float:
+    """Seconds the process's threads spent runnable but waiting for a core
+    (/proc/<pid>/task/*/schedstat, second field, ns: Documentation/scheduler/sched-stats.rst).
+    Large against the CPU time: the process was starved by the machine's other load."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            total += int((task / "schedstat").read_text().split()[1])
+    return total / 1e9
+
+
+def machine_busy_s() -> float:
+    """Non-idle CPU seconds over all cores, everyone's (/proc/stat's cpu line)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU seconds per process over the intervals it is told about, the time those
+    processes waited for a core, and the whole machine's busy time (the box is shared)."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.used: dict[str, float] = {name: 0.0 for name in (*pids, "loadgen")}
+        self.waited: dict[str, float] = {name: 0.0 for name in (*pids, "loadgen")}
+        self.machine_busy_s = 0.0
+        self.elapsed_s = 0.0
+
+    def _now(self) -> tuple[dict[str, float], dict[str, float], float, float]:
+        used = {name: cpu_s(pid) for name, pid in self.pids.items()}
+        used["loadgen"] = self_cpu_s()
+        waited = {name: runqueue_wait_s(pid) for name, pid in self.pids.items()}
+        waited["loadgen"] = runqueue_wait_s(os.getpid())
+        return used, waited, machine_busy_s(), time.monotonic()
+
+    @contextlib.contextmanager
+    def measure(self) -> Any:
+        used0, waited0, busy0, t0 = self._now()
+        try:
+            yield
+        finally:
+            used1, waited1, busy1, t1 = self._now()
+            for name in self.used:
+                self.used[name] += used1[name] - used0[name]
+                self.waited[name] += waited1[name] - waited0[name]
+            self.machine_busy_s += busy1 - busy0
+            self.elapsed_s += t1 - t0
+
+    def machine(self) -> dict[str, Any]:
+        """Cores busy on the whole machine, and how much of that was not ours."""
+        el = self.elapsed_s or 1.0
+        ours = sum(self.used.values())
+        return {
+            "machine_busy_cores": round(self.machine_busy_s / el, 2),
+            "others_busy_cores": round(max(0.0, self.machine_busy_s - ours) / el, 2),
+            "runqueue_wait_ms_per_s": {
+                name: round(1000 * w / el, 1) for name, w in self.waited.items()
+            },
+        }
+
+
+def _cpu_summary(used: dict[str, float], requests: int, elapsed: float) -> dict[str, Any]:
+    """µs of CPU per completed request and cores used, per process."""
     return {
+        name: {
+            "us_per_request": round(1e6 * cpu / max(1, requests), 1),
+            "cores": round(cpu / elapsed, 3) if elapsed else None,
+        }
+        for name, cpu in used.items()
+    }
+
+
+def _summary(
+    latencies: list[float],
+    overheads: list[float],
+    codes: Counter[int],
+    elapsed: float,
+    cpu: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    out = {
+        "requests": len(latencies),
         "rps": round(len(latencies) / elapsed, 1),
         "p50_ms": pct(latencies, 50),
         "p99_ms": pct(latencies, 99),
         "codes": _str_keys(codes),
         "header_overhead_p50_ms": pct(overheads, 50),
     }
+    if cpu is not None:
+        out["cpu"] = _cpu_summary(cpu, len(latencies), elapsed)
+    return out
 
 
 async def closed_loop(
@@ -325,52 +419,68 @@ def interleaved(
     clients: int,
     seconds: float,
     headers: dict[str, str],
+    pids: dict[str, int],
     slices: int = 6,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Direct and gateway in alternating slices (ABBA...), so a neighbour's burst on this
-    shared machine lands on both sides instead of on whichever ran second."""
+    shared machine lands on both sides instead of on whichever ran second. Each side's CPU
+    (per process in `pids`, and this load generator) is read from /proc around its slices."""
     sides: dict[str, list[Any]] = {
         "direct": [[], [], Counter(), 0.0],
         "gateway": [[], [], Counter(), 0.0],
     }
+    meters = {side: CpuMeter(pids) for side in sides}
     for i in range(slices):
         order = ("direct", "gateway") if i % 2 == 0 else ("gateway", "direct")
         for side in order:
             url = direct_url if side == "direct" else gateway_url
-            lat, ovh, codes, elapsed = asyncio.run(
-                _closed_loop_raw(
-                    url,
-                    path,
-                    body,
-                    clients,
-                    seconds / slices,
-                    headers if side == "gateway" else None,
+            with meters[side].measure():
+                lat, ovh, codes, elapsed = asyncio.run(
+                    _closed_loop_raw(
+                        url,
+                        path,
+                        body,
+                        clients,
+                        seconds / slices,
+                        headers if side == "gateway" else None,
+                    )
                 )
-            )
             acc = sides[side]
             acc[0] += lat
             acc[1] += ovh
             acc[2].update(codes)
             acc[3] += elapsed
-    return _summary(*sides["direct"]), _summary(*sides["gateway"])
+    out = []
+    for side in ("direct", "gateway"):
+        summary = _summary(*sides[side], meters[side].used)
+        summary["machine"] = meters[side].machine()
+        out.append(summary)
+    return out[0], out[1]
 
 
-async def ttft(
+async def _ttft_raw(
     url: str, clients: int, rounds: int, headers: dict[str, str] | None = None
 ) -> list[float]:
-    body = {"model": "tiny-lm", "prompt": PROMPT, "max_tokens": 8, "stream": True}
+    """Time to the first `data: {` event of a streamed completion, closed loop. aiohttp,
+    not httpx, for the same reason as `_closed_loop_raw`."""
+    import aiohttp
+
+    body = json.dumps(
+        {"model": "tiny-lm", "prompt": PROMPT, "max_tokens": 8, "stream": True}
+    ).encode()
+    send_headers = {"content-type": "application/json", **(headers or {})}
     out: list[float] = []
-    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=clients), timeout=aiohttp.ClientTimeout(total=60)
+    ) as http:
 
         async def worker() -> None:
             for _ in range(rounds):
                 started = time.perf_counter()
-                async with http.stream(
-                    "POST", "/v1/completions", json=body, headers=headers or {}
-                ) as reply:
+                async with http.post(url + "/v1/completions", data=body, headers=send_headers) as r:
                     first = True
-                    async for line in reply.aiter_lines():
-                        if first and line.startswith("data: {"):
+                    async for line in r.content:
+                        if first and line.startswith(b"data: {"):
                             out.append(time.perf_counter() - started)
                             first = False
 
@@ -378,7 +488,118 @@ async def ttft(
     return out
 
 
-def phase_overhead(work: Path, seconds: float) -> dict[str, Any]:
+def stream_ttft(
+    direct_url: str,
+    gateway_url: str,
+    headers: dict[str, str],
+    pids: dict[str, int],
+    clients: int = 8,
+    rounds: int = 10,
+    slices: int = 4,
+) -> dict[str, Any]:
+    """Streaming TTFT direct vs via the gateway in alternating slices, with CPU per stream."""
+    got: dict[str, list[float]] = {"direct": [], "gateway": []}
+    meters = {side: CpuMeter(pids) for side in got}
+    for i in range(slices):
+        order = ("direct", "gateway") if i % 2 == 0 else ("gateway", "direct")
+        for side in order:
+            with meters[side].measure():
+                got[side] += asyncio.run(
+                    _ttft_raw(
+                        direct_url if side == "direct" else gateway_url,
+                        clients,
+                        rounds,
+                        headers if side == "gateway" else None,
+                    )
+                )
+    d, g = got["direct"], got["gateway"]
+    return {
+        "streams_per_side": len(g),
+        "direct_p50_ms": pct(d, 50),
+        "gateway_p50_ms": pct(g, 50),
+        "added_p50_ms": round((pct(g, 50) or 0) - (pct(d, 50) or 0), 2),
+        "direct_p99_ms": pct(d, 99),
+        "gateway_p99_ms": pct(g, 99),
+        "cpu_direct": _cpu_summary(meters["direct"].used, len(d), 0.0),
+        "cpu_gateway": _cpu_summary(meters["gateway"].used, len(g), 0.0),
+        "machine_direct": meters["direct"].machine(),
+        "machine_gateway": meters["gateway"].machine(),
+    }
+
+
+def capacity(direct: dict[str, Any], via: dict[str, Any]) -> dict[str, Any]:
+    """Whether the gateway or the shared cores are the limit, from the measured CPU.
+
+    One gateway core sustains 1 / (gateway CPU per request) req/s; one pod core 1 / (pod
+    CPU per request). When gateway, pod and load generator share N cores and the run is CPU
+    bound, throughput ~ N / (sum of their CPU per request), so the best ratio the gateway
+    can reach on this machine is the direct run's CPU per request over the proxied run's."""
+    dc, gc = direct["cpu"], via["cpu"]
+    gw_us = gc["gateway"]["us_per_request"]
+    direct_total = dc["pod"]["us_per_request"] + dc["loadgen"]["us_per_request"]
+    via_total = gc["pod"]["us_per_request"] + gc["loadgen"]["us_per_request"] + gw_us
+    cores = os.cpu_count() or 1
+    return {
+        "gateway_cpu_us_per_request": gw_us,
+        "pod_cpu_us_per_request_direct": dc["pod"]["us_per_request"],
+        "loadgen_cpu_us_per_request_direct": dc["loadgen"]["us_per_request"],
+        "gateway_capacity_rps_per_core": round(1e6 / gw_us) if gw_us else None,
+        "pod_capacity_rps_per_core": round(1e6 / dc["pod"]["us_per_request"])
+        if dc["pod"]["us_per_request"]
+        else None,
+        "cores_used_direct": round(sum(v["cores"] or 0 for v in dc.values()), 2),
+        "cores_used_gateway": round(sum(v["cores"] or 0 for v in gc.values()), 2),
+        "cpu_bound_rps_direct": round(cores * 1e6 / direct_total) if direct_total else None,
+        "cpu_bound_rps_gateway": round(cores * 1e6 / via_total) if via_total else None,
+        "cpu_bound_ratio": round(direct_total / via_total, 3) if via_total else None,
+        "arithmetic": (
+            f"{cores} cores: direct {cores}e6/({dc['pod']['us_per_request']}+"
+            f"{dc['loadgen']['us_per_request']}) vs gateway {cores}e6/("
+            f"{gc['pod']['us_per_request']}+{gc['loadgen']['us_per_request']}+{gw_us}) µs"
+        ),
+    }
+
+
+def profile_gateway(
+    pid: int, url: str, path: str, body: bytes, headers: dict[str, str], seconds: float, out: Path
+) -> dict[str, Any]:
+    """py-spy (sampling, from outside the process: nothing in the gateway changes) over a
+    closed loop through the gateway; the raw collapsed stacks go to `out`, the top
+    functions by inclusive and self samples into the report. Benchmark-only."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    args = [spy, "record", "-p", str(pid), "-d", str(int(seconds)), "-r", "250"]
+    args += ["--format", "raw", "--nonblocking", "-o", str(out)]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    asyncio.run(closed_loop(url, path, body, 64, seconds, headers))
+    proc.wait(timeout=60)
+    inclusive: Counter[str] = Counter()
+    own: Counter[str] = Counter()
+    total = 0
+    for line in out.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = [
+            f.split(" (")[0] + " " + f.rsplit(":", 1)[0].split("/")[-1] for f in stack.split(";")
+        ]
+        own[frames[-1]] += n
+        for frame in set(frames):
+            inclusive[frame] += n
+    return {
+        "samples": total,
+        "collapsed_stacks": str(out),
+        "top_inclusive_pct": {f: round(100 * n / total, 1) for f, n in inclusive.most_common(30)}
+        if total
+        else {},
+        "top_self_pct": {f: round(100 * n / total, 1) for f, n in own.most_common(25)}
+        if total
+        else {},
+    }
+
+
+def phase_overhead(work: Path, seconds: float, profile: bool = False) -> dict[str, Any]:
     p = pod("ov", work, f"tiny-lm={TINY}", f"iris={harness.MODELS / 'iris'}").start()
     p.wait_ready()
     gw = Gateway(
@@ -390,6 +611,8 @@ def phase_overhead(work: Path, seconds: float) -> dict[str, Any]:
         work,
         "ov",
     ).start()
+    assert gw.proc is not None
+    pids = {"gateway": gw.proc.pid, "pod": p.pid}
     try:
         key = {"authorization": f"Bearer {gw.key('--team', 'bench')}"}
         iris = harness.iris_body(1)
@@ -403,20 +626,21 @@ def phase_overhead(work: Path, seconds: float) -> dict[str, Any]:
         ):
             asyncio.run(closed_loop(p.url, path, body, 64, 1))  # warm both
             asyncio.run(closed_loop(gw.url, path, body, 64, 1, key))
-            direct, via = interleaved(p.url, gw.url, path, body, 64, seconds, key)
+            direct, via = interleaved(p.url, gw.url, path, body, 64, seconds, key, pids)
             result[name] = {
                 "direct": direct,
                 "gateway": via,
                 "p50_added_ms": round(via["p50_ms"] - direct["p50_ms"], 2),
                 "rps_ratio": round(via["rps"] / direct["rps"], 3),
+                "capacity": capacity(direct, via),
             }
-        d = asyncio.run(ttft(p.url, 8, 10))
-        g = asyncio.run(ttft(gw.url, 8, 10, key))
-        result["stream_ttft"] = {
-            "direct_p50_ms": pct(d, 50),
-            "gateway_p50_ms": pct(g, 50),
-            "added_p50_ms": round((pct(g, 50) or 0) - (pct(d, 50) or 0), 2),
-        }
+            if profile:
+                stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+                out = harness.RESULTS / f"gateway-profile-{name}-{stamp}.txt"
+                result[name]["profile"] = profile_gateway(
+                    gw.proc.pid, gw.url, path, body, key, max(4.0, seconds / 2), out
+                )
+        result["stream_ttft"] = stream_ttft(p.url, gw.url, key, pids)
         return result
     finally:
         gw.stop()
@@ -889,6 +1113,9 @@ def main() -> int:
     parser.add_argument("--canary-requests", type=int, default=20000)
     parser.add_argument("--budget-usd", type=float, default=0.005)
     parser.add_argument("--budget-attempts", type=int, default=192)
+    parser.add_argument(
+        "--profile", action="store_true", help="py-spy the gateway in the overhead phase"
+    )
     args = parser.parse_args()
     report: dict[str, Any] = {
         "started": dt.datetime.now(dt.UTC).isoformat(),
@@ -899,7 +1126,7 @@ def main() -> int:
         for phase in args.phases.split(","):
             began = time.monotonic()
             if phase == "overhead":
-                report[phase] = phase_overhead(work, args.seconds)
+                report[phase] = phase_overhead(work, args.seconds, args.profile)
             elif phase == "budget":
                 report[phase] = phase_budget(work, args.budget_usd, args.budget_attempts)
             elif phase == "limits":
