@@ -262,11 +262,30 @@ async def test_openai_fields_strict(both: Edges, route: str, field: str, value: 
     assert field in error["message"]
 
 
+@pytest.mark.parametrize("value", [-2, 0.5, 2.0, None])
 @pytest.mark.parametrize("field", ["presence_penalty", "frequency_penalty"])
-async def test_openai_penalty_in_range_but_not_applied_is_refused(both: Edges, field: str) -> None:
-    response = await both.rest.post("/v1/completions", json={**COMPLETION, field: 0.5})
-    assert response.status_code == 400
-    assert "not supported" in response.json()["error"]["message"]
+@pytest.mark.parametrize("route", ["/v1/completions", "/v1/chat/completions"])
+async def test_openai_penalty_in_range_is_applied_not_refused(
+    both: Edges, route: str, field: str, value: float | None
+) -> None:
+    """The engine applies penalties (tests/generation/test_penalties*.py); any value in
+    OpenAI's range, and null (OpenAI's "not given"), is accepted."""
+    base = COMPLETION if route == "/v1/completions" else CHAT
+    response = await both.rest.post(route, json={**base, field: value})
+    assert response.status_code == 200, response.text
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("presence_penalty", 2.5), ("frequency_penalty", "1")]
+)
+async def test_triton_generate_penalties_strict(both: Edges, field: str, value: object) -> None:
+    """The penalties are shared sampling fields: Triton's generate takes them, range-checked."""
+    body = {"text_input": "def", "parameters": {"max_tokens": 2, field: value}}
+    response = await both.rest.post("/v2/models/tiny-lm/generate", json=body)
+    assert response.status_code == 400, response.text
+    assert field in response.json()["error"]
+    ok = {"text_input": "def", "parameters": {"max_tokens": 2, field: 1}}
+    assert (await both.rest.post("/v2/models/tiny-lm/generate", json=ok)).status_code == 200
 
 
 async def test_openai_defaults_still_accepted(both: Edges) -> None:

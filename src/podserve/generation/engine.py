@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from podserve.core.errors import InvalidInput, Unavailable
 from podserve.generation.detokenizer import IncrementalDetokenizer
 from podserve.generation.executor import ModelExecutor
+from podserve.generation.penalties import TokenCounts
 from podserve.generation.sampling import (
     Sampler,
     SamplingParams,
@@ -100,6 +101,8 @@ class GenerationEngine:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._live: dict[str, _Live] = {}
+        # generated-token counts of the penalised requests (penalties.py), kept across steps
+        self._counts = TokenCounts()
         self._to_add: list[tuple[str, list[int]]] = []  # executor work for the step thread
         self._to_free: list[str] = []
         self._prompt_tokens = 0
@@ -180,6 +183,13 @@ class GenerationEngine:
                 generation_tokens_total=self._generation_tokens,
             )
 
+    @property
+    def penalty_rows(self) -> int:
+        """Rows of penalty counts held: one per live request with penalties that has run
+        a step (each is given back when its request ends)."""
+        with self._lock:
+            return self._counts.rows_in_use
+
     def _abort_locked(self, request_id: str) -> bool:
         if self.scheduler.abort(request_id) is None:
             return False
@@ -191,6 +201,7 @@ class GenerationEngine:
         final event is seen (`free_now`); other threads defer the free to the next step,
         because the executor may be mid-forward outside the lock."""
         live = self._live.pop(request_id)
+        self._counts.release(live.sampler)
         if free_now:
             self.executor.free(request_id)
         else:
@@ -256,7 +267,9 @@ class GenerationEngine:
         stream at once; one that does waits for the scheduler's update, which frees the
         request's resources before its last event is seen."""
         rows = [(rid, row) for rid, row in logits.items() if rid in self._live]
-        tokens = sample_rows([self._live[rid].sampler for rid, _ in rows], [r for _, r in rows])
+        tokens = sample_rows(
+            [self._live[rid].sampler for rid, _ in rows], [r for _, r in rows], self._counts
+        )
         for (request_id, row), token in zip(rows, tokens, strict=True):
             live = self._live[request_id]  # not aborted while the model ran
             k = live.sampler.params.logprobs

@@ -2,17 +2,21 @@
 requests' wire fields), the sampler over one logits row, and log-probabilities.
 
 A request with a `seed` draws from its own `torch.Generator`, so what it samples depends
-only on its own logits and seed, never on which requests shared its step.
+only on its own logits and seed, never on which requests shared its step. Presence and
+frequency penalties (`penalties.py`) are applied to the raw logits first, for greedy and
+sampled rows alike.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from podserve.core.errors import InvalidInput
-from podserve.protocol.sampling import SamplingFields
+from podserve.generation.penalties import TokenCounts
+from podserve.protocol.sampling import PENALTY_MAX, PENALTY_MIN, SamplingFields
 
 if TYPE_CHECKING:
     import torch
@@ -52,6 +56,9 @@ class SamplingParams:
     ignore_eos: bool = False
     # None: no log-probabilities; k >= 0: each token's, and the k most likely alternatives
     logprobs: int | None = None
+    # OpenAI's penalties over the tokens generated so far (penalties.py); 0 is off
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -66,6 +73,12 @@ class SamplingParams:
             raise InvalidInput("stop strings must not be empty")
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
             raise InvalidInput(f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and PENALTY_MIN <= value <= PENALTY_MAX):
+                raise InvalidInput(
+                    f"{name} must be in [{PENALTY_MIN}, {PENALTY_MAX}], got {value!r}"
+                )
 
     @classmethod
     def from_fields(
@@ -82,28 +95,44 @@ class SamplingParams:
             stop=fields.stop_strings(),
             ignore_eos=fields.ignore_eos,
             logprobs=logprobs,
+            presence_penalty=fields.presence_penalty or 0.0,
+            frequency_penalty=fields.frequency_penalty or 0.0,
         )
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
 
+    @property
+    def penalized(self) -> bool:
+        return self.presence_penalty != 0 or self.frequency_penalty != 0
+
 
 class Sampler:
     """Picks the next token of one request from its logits row (shape `[vocab]`)."""
 
-    __slots__ = ("_generator", "params")
+    __slots__ = ("_generator", "count_row", "params")
 
     def __init__(self, params: SamplingParams) -> None:
         self.params = params
+        # this sequence's row in the engine's `TokenCounts` while it is penalised
+        self.count_row: int | None = None
         self._generator: torch.Generator | None = None
         if params.seed is not None and not params.greedy:
             import torch
 
             self._generator = torch.Generator().manual_seed(params.seed)
 
-    def sample(self, logits: torch.Tensor) -> int:
-        return sample_rows([self], [logits])[0]
+    @property
+    def presence_penalty(self) -> float:
+        return self.params.presence_penalty
+
+    @property
+    def frequency_penalty(self) -> float:
+        return self.params.frequency_penalty
+
+    def sample(self, logits: torch.Tensor, counts: TokenCounts | None = None) -> int:
+        return sample_rows([self], [logits], counts)[0]
 
     def _filter(self, scores: torch.Tensor) -> torch.Tensor:
         """Apply top-k and top-p to one row of temperature-scaled scores."""
@@ -123,8 +152,16 @@ class Sampler:
         return scores
 
 
-def sample_rows(samplers: Sequence[Sampler], rows: Sequence[torch.Tensor]) -> list[int]:
+def sample_rows(
+    samplers: Sequence[Sampler],
+    rows: Sequence[torch.Tensor],
+    counts: TokenCounts | None = None,
+) -> list[int]:
     """The next token of each request, from its sampler and logits row.
+
+    Rows whose sampler has penalties are penalised first, all in one pass, by the counts
+    of the tokens sampled before (`counts`: the engine's, kept across steps; required when
+    a sampler has penalties), and the tokens sampled now are counted.
 
     One batched pass for a whole step: greedy rows take one argmax; sampled rows one
     softmax and one inverse-CDF lookup with ONE uniform draw each (from the request's own
@@ -138,7 +175,22 @@ def sample_rows(samplers: Sequence[Sampler], rows: Sequence[torch.Tensor]) -> li
     if not rows:
         return []
     logits = torch.stack(list(rows)).float()
-    tokens = [0] * len(rows)
+    penalised = [i for i, s in enumerate(samplers) if s.params.penalized]
+    if penalised:
+        if counts is None:
+            raise ValueError("sampling with penalties needs the engine's TokenCounts")
+        counts.penalize(logits, penalised, [samplers[i] for i in penalised])
+    tokens = _pick(samplers, logits)
+    if penalised and counts is not None:
+        counts.record([samplers[i] for i in penalised], [tokens[i] for i in penalised])
+    return tokens
+
+
+def _pick(samplers: Sequence[Sampler], logits: torch.Tensor) -> list[int]:
+    """Greedy and sampled rows of the step's (penalised) `[batch, vocab]` logits."""
+    import torch
+
+    tokens = [0] * len(samplers)
     greedy = [i for i, s in enumerate(samplers) if s.params.greedy]
     if greedy:
         for i, token in zip(greedy, logits[greedy].argmax(dim=-1).tolist(), strict=True):

@@ -1,5 +1,13 @@
 """The sampling fields every text-generation request schema shares (OpenAI's and
-Triton's generate extension), validated the same way everywhere."""
+Triton's generate extension), validated the same way everywhere.
+
+Penalties: OpenAI's API reference (platform.openai.com/docs/api-reference/completions and
+/chat) gives `presence_penalty` and `frequency_penalty` as "Number between -2.0 and 2.0",
+nullable, default 0; vLLM's OpenAI server enforces the same range
+(vllm/sampling_params.py, `_verify_args`). The engine applies them
+(generation/penalties.py). They are shared fields, so Triton's generate extension takes
+them too, as vLLM's Triton backend does, instead of ignoring them as unknown knobs.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 # torch.Generator.manual_seed's domain: the engine seeds a request's generator with it.
 SEED_MIN = -(2**63)
 SEED_MAX = 2**64 - 1
+PENALTY_MIN = -2.0
+PENALTY_MAX = 2.0
 
 
 class SamplingFields(BaseModel):
@@ -22,6 +32,13 @@ class SamplingFields(BaseModel):
     seed: int | None = Field(None, ge=SEED_MIN, le=SEED_MAX)
     stop: str | list[str] | None = None
     ignore_eos: bool = False  # vLLM's extension, used by benchmarks
+    # None (JSON null) is OpenAI's "not given": 0. Finite: NaN and infinities are refused.
+    presence_penalty: float | None = Field(
+        None, ge=PENALTY_MIN, le=PENALTY_MAX, allow_inf_nan=False
+    )
+    frequency_penalty: float | None = Field(
+        None, ge=PENALTY_MIN, le=PENALTY_MAX, allow_inf_nan=False
+    )
 
     def stop_strings(self) -> tuple[str, ...]:
         if self.stop is None:

@@ -14,7 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from podserve.core.errors import InvalidInput
 from podserve.protocol.json_body import parse_body
-from podserve.protocol.openai.ranges import check_penalty
 from podserve.protocol.sampling import SamplingFields
 
 FinishReason = Literal["stop", "length"]
@@ -53,10 +52,6 @@ class _Sampling(SamplingFields):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = Field(1, ge=1, le=MAX_CHOICES)
-    # OpenAI's fields the engine does not apply: range-checked, then refused unless 0
-    # (protocol/openai/ranges.py).
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
 
     def stop_strings(self) -> tuple[str, ...]:
         stops = super().stop_strings()
@@ -140,8 +135,6 @@ Request = TypeVar("Request", bound=_Sampling)
 
 def decode_request(body: bytes, schema: type[Request]) -> Request:
     parsed = parse_body(body, schema)
-    check_penalty("presence_penalty", parsed.presence_penalty)
-    check_penalty("frequency_penalty", parsed.frequency_penalty)
     parsed.check_supported()
     return parsed
 
