@@ -189,7 +189,8 @@ def test_device_memory_from_labels_and_products() -> None:
             f"{{memory: 400Gi, nvidia.com/gpu: '{count}'}}}}}}]"
         )
 
-    size = "{podserve.dev/model-size: 150Gi}"
+    # 140Gi: within the 90% of 2 x 80Gi counted as usable (144Gi), above one GPU's 72Gi.
+    size = "{podserve.dev/model-size: 140Gi}"
     two_a100 = deployment(pod("nvidia.com/gpu.product: NVIDIA-A100-SXM4-80GB", 2), annotations=size)
     assert not found(two_a100, "model-exceeds-device")
     one_a100 = deployment(pod("nvidia.com/gpu.product: NVIDIA-A100-SXM4-80GB", 1), annotations=size)

@@ -71,7 +71,7 @@ def test_mig_mixed_requests_the_profile_and_selects_its_own_product_label() -> N
     pod = pod_of(manifests, "StatefulSet", "phi-mini")
     assert (
         server({"spec": {"template": {"spec": pod}}})["resources"]["limits"][
-            "nvidia.com/mig-1g.10gb"
+            "nvidia.com/mig-1g.20gb"
         ]
         == "1"
     )
@@ -79,7 +79,7 @@ def test_mig_mixed_requests_the_profile_and_selects_its_own_product_label() -> N
     # nvidia.com/gpu.product of a MIG-enabled GPU is the bare model, so the example's old
     # selector matched no node.
     assert pod["nodeSelector"] == {
-        "nvidia.com/mig-1g.10gb.product": "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"
+        "nvidia.com/mig-1g.20gb.product": "NVIDIA-A100-SXM4-80GB-MIG-1g.20gb"
     }
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
         "tolerations"
@@ -92,17 +92,17 @@ def test_mig_single_requests_whole_gpus_and_selects_the_suffixed_product() -> No
     limits = pod["containers"][0]["resources"]["limits"]
     assert limits["nvidia.com/gpu"] == "1"
     assert not any(k.startswith("nvidia.com/mig-") for k in limits)
-    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb"}
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB-MIG-1g.20gb"}
     quota = find(render(service).manifests, "ResourceQuota")
     assert "requests.nvidia.com/gpu" in quota["spec"]["hard"]
 
 
 def test_the_old_contradictory_mig_spec_is_refused() -> None:
     text = MIG.read_text().replace(
-        "    migProfile: 1g.10gb\n    migStrategy: mixed\n    product: NVIDIA-A100-SXM4-80GB\n",
-        "    resource: nvidia.com/mig-1g.10gb\n    product: NVIDIA-A100-SXM4-80GB-MIG-1g.10gb\n",
+        "    migProfile: 1g.20gb\n    migStrategy: mixed\n    product: NVIDIA-A100-SXM4-80GB\n",
+        "    resource: nvidia.com/mig-1g.20gb\n    product: NVIDIA-A100-SXM4-80GB-MIG-1g.20gb\n",
     )
-    assert "resource: nvidia.com/mig-1g.10gb" in text
+    assert "resource: nvidia.com/mig-1g.20gb" in text
     with pytest.raises(InvalidInput, match="suffix the renderer adds"):
         load_model_service(text)
 
@@ -110,8 +110,8 @@ def test_the_old_contradictory_mig_spec_is_refused() -> None:
 @pytest.mark.parametrize(
     ("gpu", "message"),
     [
-        ({"resource": "nvidia.com/mig-1g.10gb", "migStrategy": "single"}, "mixed MIG strategy"),
-        ({"resource": "nvidia.com/mig-1g.10gb", "migProfile": "2g.20gb"}, "names profile"),
+        ({"resource": "nvidia.com/mig-1g.20gb", "migStrategy": "single"}, "mixed MIG strategy"),
+        ({"resource": "nvidia.com/mig-1g.20gb", "migProfile": "2g.20gb"}, "names profile"),
         ({"migProfile": None, "migStrategy": "mixed"}, "needs gpu.migProfile"),
         ({"migStrategy": "single", "product": None}, "only nvidia.com/gpu.product"),
         ({"migStrategy": "none"}, "need a strategy"),

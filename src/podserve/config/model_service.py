@@ -39,6 +39,7 @@ from podserve.config.service_ops import (
     Timing,
 )
 from podserve.config.service_pod import (
+    Architecture,
     Cache,
     Capacity,
     CapacityType,
@@ -292,6 +293,7 @@ __all__ = [
     "KIND",
     "Activation",
     "ActiveWindow",
+    "Architecture",
     "Autoscaling",
     "BatchJob",
     "Cache",

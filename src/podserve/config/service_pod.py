@@ -35,6 +35,54 @@ class Metadata(_Spec):
     )
 
 
+# Bytes per element of the KV cache dtypes the engines accept (vLLM `--kv-cache-dtype`:
+# auto/bfloat16/float16/fp8/fp8_e4m3/fp8_e5m2, vllm/config/cache.py; TGI and SGLang name the
+# same ones). "auto" is left out on purpose: it means "the model's dtype", which the spec
+# does not know, so the author writes it.
+KV_DTYPE_BYTES = {
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "int8": 1,
+}
+KvCacheDtype = Literal["float32", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "int8"]
+
+
+class Architecture(_Spec):
+    """What the KV cache of one token costs, from the model's `config.json`."""
+
+    layers: int = Field(
+        ge=1, le=1000, description="Decoder layers holding a KV cache (`num_hidden_layers`)."
+    )
+    kv_heads: int = Field(
+        ge=1,
+        le=1024,
+        description="Key/value heads per layer (`num_key_value_heads`; "
+        "`num_attention_heads` when the config has none, i.e. no grouped-query attention).",
+    )
+    head_dim: int = Field(
+        ge=1,
+        le=4096,
+        description="Size of one head (`head_dim`, else `hidden_size / num_attention_heads`).",
+    )
+    kv_cache_dtype: KvCacheDtype = Field(
+        "bfloat16",
+        description="Element type of the cache (vLLM `--kv-cache-dtype`; the model's dtype "
+        "unless the engine is told otherwise).",
+    )
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        # A key and a value vector per KV head per layer: vLLM sizes a cache block the same
+        # way (vllm/worker/cache_engine.py CacheEngine.get_cache_block_size:
+        # 2 x num_layers x num_kv_heads x head_size x dtype size). Layers with a sliding
+        # window are counted at full context, an upper bound.
+        return 2 * self.layers * self.kv_heads * self.head_dim * KV_DTYPE_BYTES[self.kv_cache_dtype]
+
+
 class ModelSource(_Spec):
     name: str | None = Field(
         None,
@@ -71,6 +119,32 @@ class ModelSource(_Spec):
         description="The source needs no credentials (a public repository, bucket or URL): "
         "says so to `podserve lint` (fetch-without-credentials) instead of a Secret.",
     )
+    kv_cache_bytes_per_token: int | None = Field(
+        None,
+        ge=1,
+        description="KV cache bytes one token holds, when `architecture` cannot say it "
+        "(multi-head latent attention, mixed layer types). With the serving caps it lets "
+        "`podserve lint` check that weights and KV cache fit the device.",
+    )
+    architecture: Architecture | None = Field(
+        None,
+        description="Layers, KV heads, head size and cache dtype (from config.json): the KV "
+        "cache per token is 2 x layers x kvHeads x headDim x dtype bytes.",
+    )
+
+    @model_validator(mode="after")
+    def _one_kv_size(self) -> ModelSource:
+        if self.kv_cache_bytes_per_token is not None and self.architecture is not None:
+            raise ValueError(
+                "model.kvCacheBytesPerToken and model.architecture both size the KV cache: give one"
+            )
+        return self
+
+    @property
+    def kv_bytes_per_token(self) -> int | None:
+        if self.architecture is not None:
+            return self.architecture.kv_bytes_per_token
+        return self.kv_cache_bytes_per_token
 
 
 class Image(_Spec):

@@ -60,10 +60,9 @@ def server_container(pod: PodView) -> Container | None:
     return containers[0] if containers else None
 
 
-def stored_model(ctx: LintContext, pod: PodView) -> Mapping[str, Any]:
-    """The pod's `model` section of the ModelService podserve render stores in the
-    ConfigMap the pod mounts (`modelservice.yaml`): the canary's when the pod's model URI
-    is the canary's. Empty for pods podserve did not render."""
+def stored_spec(ctx: LintContext, pod: PodView) -> Mapping[str, Any]:
+    """The `spec` of the ModelService podserve render stores in the ConfigMap the pod
+    mounts (`modelservice.yaml`). Empty for pods podserve did not render."""
     names = {
         str((v.get("configMap") or {}).get("name")) for v in pod.volumes() if v.get("configMap")
     }
@@ -75,16 +74,30 @@ def stored_model(ctx: LintContext, pod: PodView) -> Mapping[str, Any]:
         if not isinstance(text, str):
             continue
         try:
-            spec = (yaml.safe_load(text) or {}).get("spec") or {}
+            loaded = yaml.safe_load(text)
         except yaml.YAMLError:
             return {}
-        models = [spec.get("model") or {}, (spec.get("canary") or {}).get("model") or {}]
-        uri = pod.annotations.get(c.MODEL_URI)
-        for model in models:
-            if isinstance(model, Mapping) and model.get("uri") == uri:
-                return model
-        return models[0] if isinstance(models[0], Mapping) else {}
+        spec = loaded.get("spec") if isinstance(loaded, Mapping) else None
+        return spec if isinstance(spec, Mapping) else {}
     return {}
+
+
+def stored_model(ctx: LintContext, pod: PodView) -> Mapping[str, Any]:
+    """The pod's `model` section of the stored ModelService: the canary's when the pod's
+    model URI is the canary's. Empty for pods podserve did not render."""
+    spec = stored_spec(ctx, pod)
+    if not spec:
+        return {}
+    canary = spec.get("canary")
+    models = [
+        spec.get("model") or {},
+        (canary.get("model") or {}) if isinstance(canary, Mapping) else {},
+    ]
+    uri = pod.annotations.get(c.MODEL_URI)
+    for model in models:
+        if isinstance(model, Mapping) and model.get("uri") == uri:
+            return model
+    return models[0] if isinstance(models[0], Mapping) else {}
 
 
 def model_size_bytes(ctx: LintContext, pod: PodView) -> Decimal | None:

@@ -66,6 +66,7 @@ ALL_RULES: tuple[Rule, ...] = tuple(
             capacity.SPOT_GRACE,
             memory.MEMORY_BELOW_MODEL_SIZE,
             memory.MODEL_EXCEEDS_DEVICE,
+            memory.KV_CACHE_BELOW_CONCURRENCY,
             generative.GENERATIVE_NO_CAPS,
             gpu_labels.GPU_LABEL_MISMATCH,
             cpu.CPU_LIMIT_AT_REQUEST,
