@@ -1,4 +1,5 @@
-"""The gateway's HTTP edge (Starlette): decode, call accounting and the forwarder, encode.
+"""The gateway's request handling: decode, call accounting and the forwarder, encode (the
+bare ASGI edge is `asgi`).
 
 Routes: the OpenAI-compatible `/v1/models`, `/v1/completions`, `/v1/chat/completions`
 (SSE), `/v1/embeddings`; OIP v2 `/v2/models/{m}[/versions/{v}]/infer` and model metadata;
@@ -11,22 +12,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
-import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 
 import orjson
-from starlette.applications import Starlette
-from starlette.background import BackgroundTask
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
 
 from podserve.config.gateway_config import GatewayConfig, RedisPostgresStore
 from podserve.gateway.accounting import Accounting, Admission
+from podserve.gateway.asgi import App, Call, Headers, Reply, Routes
 from podserve.gateway.budget import Usage
 from podserve.gateway.errors import (
-    BodyTooLarge,
     GatewayError,
     InvalidRequest,
     ModelForbidden,
@@ -35,7 +31,7 @@ from podserve.gateway.errors import (
 )
 from podserve.gateway.forward import UPSTREAM_ERRORS, Attempted, Forwarder
 from podserve.gateway.metrics import CONTENT_TYPE, GatewayMetrics
-from podserve.gateway.relay import RelayResponse
+from podserve.gateway.relay import relay_stream
 from podserve.gateway.retry_budget import RetryBudget
 from podserve.gateway.routing import Router
 from podserve.gateway.scrape import Scraper
@@ -52,6 +48,9 @@ from podserve.gateway.wire import (
 )
 
 OVERHEAD_HEADER = "x-podserve-gateway-overhead-ms"
+_OVERHEAD = OVERHEAD_HEADER.encode()
+_UPSTREAM = b"x-podserve-gateway-upstream"
+_REQUEST_ID = b"x-request-id"
 log = logging.getLogger("podserve.gateway")
 
 
@@ -100,57 +99,49 @@ class Gateway:
                     log.warning("gateway housekeeping failed", exc_info=True)
                 failing = True
 
-    @contextlib.asynccontextmanager
-    async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:
+    async def startup(self) -> None:
         setup = getattr(self.accounting.store, "setup", None)
         if setup is not None:
             await setup()
         await self.forwarder.start()
         await self.scraper.start()
         self._housekeeping = asyncio.create_task(self._housekeep())
-        try:
-            yield
-        finally:
+
+    async def shutdown(self) -> None:
+        if self._housekeeping is not None:
             self._housekeeping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._housekeeping
-            await self.scraper.stop()
-            await self.forwarder.close()
-            await self.accounting.store.close()
+        await self.scraper.stop()
+        await self.forwarder.close()
+        await self.accounting.store.close()
 
-    def asgi(self) -> Starlette:
-        return Starlette(
-            routes=[
-                Route("/healthz", self._ok, methods=["GET"]),
-                Route("/ready", self._ok, methods=["GET"]),
-                Route("/metrics", self._metrics, methods=["GET"]),
-                Route("/v1/models", self._models, methods=["GET"]),
-                Route("/v1/completions", self._completions, methods=["POST"]),
-                Route("/v1/chat/completions", self._chat, methods=["POST"]),
-                Route("/v1/embeddings", self._embeddings, methods=["POST"]),
-                Route("/v2/models/{model}/infer", self._v2_infer, methods=["POST"]),
-                Route("/v2/models/{model}", self._v2_metadata, methods=["GET"]),
-                Route("/v2/models/{model}/ready", self._v2_metadata, methods=["GET"]),
-                Route(
-                    "/v2/models/{model}/versions/{version}/infer",
-                    self._v2_infer,
-                    methods=["POST"],
-                ),
-            ],
-            lifespan=self.lifespan,
-        )
+    def asgi(self) -> App:
+        routes = Routes()
+        routes.add("GET", "/healthz", self._ok)
+        routes.add("GET", "/ready", self._ok)
+        routes.add("GET", "/metrics", self._metrics)
+        routes.add("GET", "/v1/models", self._models)
+        routes.add("POST", "/v1/completions", self._completions)
+        routes.add("POST", "/v1/chat/completions", self._chat)
+        routes.add("POST", "/v1/embeddings", self._embeddings)
+        routes.add_v2("GET", "", self._v2_metadata)
+        routes.add_v2("GET", "ready", self._v2_metadata)
+        routes.add_v2("POST", "infer", self._v2_infer)
+        routes.add_v2("POST", "versions/infer", self._v2_infer)
+        return App(routes, self.startup, self.shutdown)
 
     # --- small routes ----------------------------------------------------------------
-    async def _ok(self, _request: Request) -> Response:
-        return Response(b'{"status":"ok"}', media_type="application/json")
+    async def _ok(self, _call: Call) -> Reply:
+        return Reply(200, b'{"status":"ok"}')
 
-    async def _metrics(self, _request: Request) -> Response:
-        return Response(self.metrics.exposition(), media_type=CONTENT_TYPE)
+    async def _metrics(self, _call: Call) -> Reply:
+        return Reply(200, self.metrics.exposition(), CONTENT_TYPE.encode())
 
-    async def _models(self, request: Request) -> Response:
+    async def _models(self, call: Call) -> Reply:
         started = time.perf_counter()
         try:
-            key = await self.accounting.authenticate(request.headers.get("authorization"))
+            key = await self.accounting.authenticate(call.header(b"authorization"))
         except GatewayError as exc:
             return self._refuse(exc, started)
         models = [m for m in self.config.models() if key.allows(m)]
@@ -163,31 +154,31 @@ class Gateway:
         return self._json(orjson.dumps(body), 200, started, 0.0)
 
     # --- the proxied routes ----------------------------------------------------------
-    async def _completions(self, request: Request) -> Response:
-        return await self._proxy(request, Endpoint.COMPLETIONS)
+    async def _completions(self, call: Call) -> Reply | None:
+        return await self._proxy(call, Endpoint.COMPLETIONS)
 
-    async def _chat(self, request: Request) -> Response:
-        return await self._proxy(request, Endpoint.CHAT)
+    async def _chat(self, call: Call) -> Reply | None:
+        return await self._proxy(call, Endpoint.CHAT)
 
-    async def _embeddings(self, request: Request) -> Response:
-        return await self._proxy(request, Endpoint.EMBEDDINGS)
+    async def _embeddings(self, call: Call) -> Reply | None:
+        return await self._proxy(call, Endpoint.EMBEDDINGS)
 
-    async def _v2_infer(self, request: Request) -> Response:
-        return await self._proxy(request, Endpoint.V2)
+    async def _v2_infer(self, call: Call) -> Reply | None:
+        return await self._proxy(call, Endpoint.V2)
 
-    async def _v2_metadata(self, request: Request) -> Response:
+    async def _v2_metadata(self, call: Call) -> Reply:
         """Model metadata and readiness, passed through from a pod serving the model:
         authenticated, not billed."""
         started = time.perf_counter()
-        model = request.path_params["model"]
+        model = call.params["model"]
         try:
-            key = await self.accounting.authenticate(request.headers.get("authorization"))
+            key = await self.accounting.authenticate(call.header(b"authorization"))
             if not key.allows(model):
                 raise ModelForbidden(f"this key may not use model '{model}'")
             if not self.router.knows(model):
                 raise UnknownModel(f"model '{model}' is not served by this gateway")
             attempt = await self.forwarder.send(
-                model, request.url.path, b"", _request_id(None), method="GET"
+                model, call.path, b"", _request_id(None), method="GET"
             )
         except GatewayError as exc:
             return self._refuse(exc, started)
@@ -208,14 +199,15 @@ class Gateway:
             response.headers.get("content-type", "application/json"),
         )
 
-    async def _proxy(self, request: Request, endpoint: Endpoint) -> Response:
+    async def _proxy(self, call: Call, endpoint: Endpoint) -> Reply | None:
         started = time.perf_counter()
-        rid = _request_id(request.headers.get("x-request-id"))
+        rid = _request_id(call.header(b"x-request-id"))
         try:
-            key = await self.accounting.authenticate(request.headers.get("authorization"))
-            raw = await self._body(request)
+            key = await self.accounting.authenticate(call.header(b"authorization"))
+            raw = await call.body(self.config.max_body_bytes)
             if endpoint is Endpoint.V2:
-                model = request.path_params["model"]
+                # OIP bodies are forwarded byte for byte: nothing in them is billed.
+                model = call.params["model"]
                 bill = Billable(model, endpoint, False, False, None, "", 1, (), 0)
                 body = raw
             else:
@@ -232,14 +224,15 @@ class Gateway:
             force_usage = bill.stream and endpoint is not Endpoint.EMBEDDINGS
             body = forwarded_body(parsed, bill, admission.max_tokens, force_usage)
         try:
-            attempt = await self.forwarder.send(bill.model, request.url.path, body, rid)
+            attempt = await self.forwarder.send(bill.model, call.path, body, rid)
         except GatewayError as exc:
             await self._settle(admission, Usage(0, 0), Outcome.ERROR, "", 503)
             return self._refuse(exc, started)
         response = attempt.response
         is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
         if response.status == 200 and is_sse:
-            return self._stream(attempt, admission, bill, started, rid)
+            await self._stream(call, attempt, admission, bill, started, rid)
+            return None
         try:
             content = await response.read()
         except UPSTREAM_ERRORS as exc:
@@ -258,22 +251,26 @@ class Gateway:
             upstream_s,
             response.headers.get("content-type", "application/json"),
         )
-        reply.headers["x-podserve-gateway-upstream"] = attempt.target.upstream
-        reply.headers["x-request-id"] = rid
-        # Settled after the body is sent: the store's round trip is not the client's wait.
-        reply.background = BackgroundTask(
-            self._settle,
-            admission,
-            usage,
-            outcome,
-            attempt.target.upstream,
-            response.status,
-        )
+        upstream = attempt.target.upstream
+        reply.headers += ((_UPSTREAM, upstream.encode()), (_REQUEST_ID, rid.encode()))
+        status = response.status
+
+        async def settle() -> None:
+            # After the body is sent: the store's round trip is not the client's wait.
+            await self._settle(admission, usage, outcome, upstream, status)
+
+        reply.after = settle
         return reply
 
-    def _stream(
-        self, attempt: Attempted, admission: Admission, bill: Billable, started: float, rid: str
-    ) -> Response:
+    async def _stream(
+        self,
+        call: Call,
+        attempt: Attempted,
+        admission: Admission,
+        bill: Billable,
+        started: float,
+        rid: str,
+    ) -> None:
         upstream = attempt.target.upstream
 
         async def finish(outcome: Outcome, tally: StreamTally) -> None:
@@ -288,30 +285,22 @@ class Gateway:
 
         overhead_ms = (time.perf_counter() - started - attempt.upstream_s) * 1000
         self.metrics.overhead.observe(overhead_ms / 1000)
-        headers = {
-            OVERHEAD_HEADER: f"{overhead_ms:.3f}",
-            "x-podserve-gateway-upstream": upstream,
-            "x-request-id": rid,
-            "cache-control": "no-cache",
-        }
-        return RelayResponse(attempt.response, EventRelay(bill.wants_usage), headers, finish)
+        headers: Headers = [
+            (_OVERHEAD, f"{overhead_ms:.3f}".encode()),
+            (_UPSTREAM, upstream.encode()),
+            (_REQUEST_ID, rid.encode()),
+            (b"cache-control", b"no-cache"),
+        ]
+        await relay_stream(
+            attempt.response,
+            EventRelay(bill.wants_usage),
+            headers,
+            finish,
+            call.receive,
+            call.send,
+        )
 
     # --- helpers ---------------------------------------------------------------------
-    async def _body(self, request: Request) -> bytes:
-        """The body, refused past `maxBodyBytes` before it is all held in memory."""
-        limit = self.config.max_body_bytes
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
-            raise BodyTooLarge(f"request body over {limit} bytes")
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise BodyTooLarge(f"request body over {limit} bytes")
-            chunks.append(chunk)
-        return b"".join(chunks)
-
     @staticmethod
     def _hold_usage(admission: Admission, bill: Billable) -> Usage:
         cap = (admission.max_tokens or 0) * bill.choices
@@ -340,13 +329,14 @@ class Gateway:
         cost = await self.accounting.settle(admission, usage, outcome, upstream)
         key = admission.key
         labels = (key.namespace, key.team, admission.model)
-        self.metrics.requests.labels(*labels, upstream or "none", str(code)).inc()
+        m = self.metrics
+        m.request(*labels, upstream or "none", code).inc()
         if usage.prompt_tokens:
-            self.metrics.tokens.labels(*labels, upstream, "prompt").inc(usage.prompt_tokens)
+            m.token(*labels, upstream, "prompt").inc(usage.prompt_tokens)
         if usage.completion_tokens:
-            self.metrics.tokens.labels(*labels, upstream, "completion").inc(usage.completion_tokens)
+            m.token(*labels, upstream, "completion").inc(usage.completion_tokens)
         if cost:
-            self.metrics.spend.labels(*labels).inc(cost / 1_000_000)
+            m.spent(*labels).inc(cost / 1_000_000)
 
     def _json(
         self,
@@ -355,21 +345,21 @@ class Gateway:
         started: float,
         upstream_s: float,
         media_type: str = "application/json",
-    ) -> Response:
+    ) -> Reply:
         overhead_ms = (time.perf_counter() - started - upstream_s) * 1000
         self.metrics.overhead.observe(overhead_ms / 1000)
-        return Response(
+        return Reply(
+            status,
             content,
-            status_code=status,
-            media_type=media_type,
-            headers={OVERHEAD_HEADER: f"{overhead_ms:.3f}"},
+            media_type.encode("latin-1"),
+            [(_OVERHEAD, f"{overhead_ms:.3f}".encode())],
         )
 
-    def _refuse(self, exc: GatewayError, started: float) -> Response:
-        self.metrics.rejections.labels(exc.reason).inc()
+    def _refuse(self, exc: GatewayError, started: float) -> Reply:
+        self.metrics.rejection(exc.reason).inc()
         reply = self._json(error_body(str(exc), exc.kind, exc.reason), exc.status, started, 0.0)
         if exc.retry_after_s is not None:
-            reply.headers["retry-after"] = str(exc.retry_after_s)
+            reply.headers.append((b"retry-after", str(exc.retry_after_s).encode()))
         return reply
 
 
@@ -378,7 +368,7 @@ def _request_id(given: str | None) -> str:
     ledger), else a fresh one."""
     if given and len(given) <= 128 and given.isascii() and given.isprintable():
         return given
-    return uuid.uuid4().hex
+    return os.urandom(16).hex()  # uuid4's randomness without building a UUID
 
 
 def open_store(config: GatewayConfig, env: Mapping[str, str]) -> Store:

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import aiohttp
+from yarl import URL
 
 from podserve.gateway.errors import NoUpstream
 from podserve.gateway.metrics import GatewayMetrics
@@ -58,6 +59,9 @@ class Forwarder:
             total=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s
         )
         self._session: aiohttp.ClientSession | None = None
+        # Parsed upstream URLs: aiohttp parses a string URL on every request. The paths
+        # are the routes' and the configured models' (checked before sending): few.
+        self._urls: dict[str, URL] = {}
 
     async def start(self) -> None:
         # No pool limit: admission already bounded the requests in flight.
@@ -70,7 +74,15 @@ class Forwarder:
         if self._session is not None:
             await self._session.close()
 
-    def _request(self, target: Target, path: str, rid: str) -> tuple[str, dict[str, str]]:
+    def _url(self, url: str) -> URL:
+        found = self._urls.get(url)
+        if found is None:
+            if len(self._urls) > 4096:
+                self._urls.clear()
+            found = self._urls[url] = URL(url)
+        return found
+
+    def _request(self, target: Target, path: str, rid: str) -> tuple[URL, dict[str, str]]:
         headers = {"content-type": "application/json", "x-request-id": rid}
         if target.hosted:
             # A hosted base URL already ends in /v1.
@@ -80,7 +92,7 @@ class Forwarder:
                 headers["authorization"] = f"Bearer {key}"
         else:
             url = target.base_url + path
-        return url, headers
+        return self._url(url), headers
 
     async def send(
         self, model: str, path: str, body: bytes, rid: str, method: str = "POST"
@@ -96,7 +108,7 @@ class Forwarder:
             if index > 0:
                 if not self._budget.try_retry():
                     break
-                self._metrics.retries.labels(target.upstream).inc()
+                self._metrics.retry(target.upstream).inc()
             started = time.perf_counter()
             self._router.on_start(target, time.monotonic())
             url, headers = self._request(target, path, rid)
@@ -109,7 +121,7 @@ class Forwarder:
                 error = f"{target.upstream}: {type(exc).__name__}"
                 continue
             waited = time.perf_counter() - started
-            self._metrics.upstream_latency.labels(target.upstream).observe(waited)
+            self._metrics.upstream(target.upstream).observe(waited)
             if response.status in RETRYABLE_STATUS:
                 if last is not None:
                     last.response.close()

@@ -31,6 +31,10 @@ async def serve_gateway(config: GatewayConfig, host: str, port: int, env: Mappin
         log_config=None,
         access_log=False,
         server_header=False,
+        # No X-Forwarded-* rewriting: the gateway reads no client address, and the
+        # middleware ran on every request (uvicorn/middleware/proxy_headers.py).
+        proxy_headers=False,
+        interface="asgi3",
         timeout_graceful_shutdown=5,
         # Longer than a load balancer's idle timeout (AWS ALB: 60 s), so the balancer, not
         # the gateway, closes idle connections: a request sent on a connection the server

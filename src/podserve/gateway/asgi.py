@@ -1,0 +1,222 @@
+"""The gateway's HTTP edge as a bare ASGI app: a route table, the request body under a cap,
+and replies sent as two ASGI messages.
+
+Why not Starlette: every proxied request paid for its middleware stack (server-error and
+exception middleware, each wrapping `send`), a regex router over every route, and the
+`Request`/`Response` objects and header multidicts, none of which the proxy needs. With
+py-spy on the benchmark's OIP W1 load (benchmarks/gateway.py --profile) those layers were
+about a sixth of the gateway's CPU per request; the ASGI messages themselves are the
+contract uvicorn speaks (asgiref's spec, "HTTP" and "Lifespan" sections,
+https://asgi.readthedocs.io/en/latest/specs/www.html).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from podserve.gateway.errors import BodyTooLarge
+from podserve.gateway.wire import ErrorType, error_body
+
+log = logging.getLogger("podserve.gateway")
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+Headers = list[tuple[bytes, bytes]]
+
+JSON = b"application/json"
+
+
+class ClientGone(Exception):
+    """The client disconnected before its request body was complete."""
+
+
+@dataclass(slots=True)
+class Call:
+    """One HTTP request as the handlers see it."""
+
+    scope: Scope
+    receive: Receive
+    send: Send
+    params: dict[str, str]
+
+    @property
+    def path(self) -> str:
+        return str(self.scope["path"])
+
+    def header(self, name: bytes) -> str | None:
+        """A request header by lower-case name (ASGI lower-cases them), first value."""
+        for key, value in self.scope["headers"]:
+            if key == name:
+                return bytes(value).decode("latin-1")
+        return None
+
+    async def body(self, limit: int) -> bytes:
+        """The whole body, refused past `limit` bytes before it is all held in memory."""
+        declared = self.header(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise BodyTooLarge(f"request body over {limit} bytes")
+        first = await self.receive()
+        if first["type"] == "http.disconnect":
+            raise ClientGone
+        chunk: bytes = first.get("body", b"")
+        if not first.get("more_body", False):  # the usual case: one message
+            if len(chunk) > limit:
+                raise BodyTooLarge(f"request body over {limit} bytes")
+            return chunk
+        chunks = [chunk]
+        size = len(chunk)
+        while True:
+            message = await self.receive()
+            if message["type"] == "http.disconnect":
+                raise ClientGone
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLarge(f"request body over {limit} bytes")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+
+@dataclass(slots=True)
+class Reply:
+    """A complete response; `after` runs once the body is sent (settlement: the store's
+    round trip is not the client's wait)."""
+
+    status: int
+    body: bytes
+    content_type: bytes = JSON
+    headers: Headers = field(default_factory=list)
+    after: Callable[[], Awaitable[None]] | None = None
+
+    async def send_to(self, send: Send) -> None:
+        headers = [
+            (b"content-type", self.content_type),
+            (b"content-length", str(len(self.body)).encode()),
+            *self.headers,
+        ]
+        await send({"type": "http.response.start", "status": self.status, "headers": headers})
+        await send({"type": "http.response.body", "body": self.body, "more_body": False})
+
+
+# A handler answers with a Reply, or None when it sent the response itself (a stream).
+Handler = Callable[[Call], Awaitable[Reply | None]]
+
+
+def _error(status: int, message: str) -> Reply:
+    return Reply(status, error_body(message, ErrorType.INVALID))
+
+
+class Routes:
+    """Exact paths, plus the OIP v2 model paths, which carry the model (and version) name:
+    `/v2/models/{m}`, `/v2/models/{m}/ready`, `/v2/models/{m}/infer`,
+    `/v2/models/{m}/versions/{v}/infer` (a name is one non-empty path segment)."""
+
+    def __init__(self) -> None:
+        self._exact: dict[str, dict[str, Handler]] = {}
+        self._v2: dict[str, dict[str, Handler]] = {}
+
+    def add(self, method: str, path: str, handler: Handler) -> None:
+        self._exact.setdefault(path, {})[method] = handler
+
+    def add_v2(self, method: str, shape: str, handler: Handler) -> None:
+        """`shape`: "" (metadata), "ready", "infer" or "versions/infer"."""
+        self._v2.setdefault(shape, {})[method] = handler
+
+    def match(self, path: str) -> tuple[dict[str, Handler], dict[str, str]] | None:
+        found = self._exact.get(path)
+        if found is not None:
+            return found, {}
+        if not path.startswith("/v2/models/"):
+            return None
+        parts = path[len("/v2/models/") :].split("/")
+        if not all(parts):
+            return None
+        params = {"model": parts[0]}
+        if len(parts) == 1:
+            shape = ""
+        elif len(parts) == 2 and parts[1] in ("ready", "infer"):
+            shape = parts[1]
+        elif len(parts) == 4 and parts[1] == "versions" and parts[3] == "infer":
+            shape = "versions/infer"
+            params["version"] = parts[2]
+        else:
+            return None
+        methods = self._v2.get(shape)
+        return None if methods is None else (methods, params)
+
+
+class App:
+    """The ASGI callable: lifespan to `startup`/`shutdown`, HTTP to the route table."""
+
+    def __init__(
+        self,
+        routes: Routes,
+        startup: Callable[[], Awaitable[None]],
+        shutdown: Callable[[], Awaitable[None]],
+    ) -> None:
+        self._routes = routes
+        self._startup = startup
+        self._shutdown = shutdown
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        matched = self._routes.match(scope["path"])
+        if matched is None:
+            await _error(404, f"no route {scope['path']}").send_to(send)
+            return
+        methods, params = matched
+        handler = methods.get(scope["method"])
+        if handler is None:
+            refusal = _error(405, f"method {scope['method']} not allowed here")
+            refusal.headers.append((b"allow", ", ".join(sorted(methods)).encode()))
+            await refusal.send_to(send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
+        try:
+            reply = await handler(Call(scope, receive, tracking_send, params))
+            if reply is not None:
+                await reply.send_to(tracking_send)
+                if reply.after is not None:
+                    await reply.after()
+        except ClientGone:
+            return
+        except Exception:
+            log.exception("gateway request failed", extra={"path": scope["path"]})
+            if not started:  # else the server closes the connection mid-response
+                await _error(500, "internal gateway error").send_to(send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self._startup()
+                except Exception as exc:
+                    log.exception("gateway startup failed")
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                try:
+                    await self._shutdown()
+                finally:
+                    await send({"type": "lifespan.shutdown.complete"})
+                return
