@@ -73,8 +73,13 @@ def test_exit_codes(
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     assert _run(f"http://127.0.0.1:{port}/m.bin", *cache) == fetch_cli.EXIT_NETWORK
-    assert _run("gs://bucket/m", *cache) == fetch_cli.EXIT_USAGE
-    assert "s3-endpoint-url" in str(_error_line(capsys.readouterr().err)["error"])
+    # A SAS in an Azure Blob URI would be logged and rendered into the pod: refused.
+    assert _run("https://acct1.blob.core.windows.net/c/m?sv=x&sig=y", *cache) == (
+        fetch_cli.EXIT_USAGE
+    )
+    message = str(_error_line(capsys.readouterr().err)["error"])
+    assert "AZURE_STORAGE_SAS_TOKEN" in message
+    assert "sig=y" not in message
 
 
 def test_plain_error_message_without_json(

@@ -48,8 +48,10 @@ class CacheCorrupted(StorageError):
 class MissingExtra(StorageError):
     """The scheme needs an optional dependency that is not installed."""
 
-    def __init__(self, *, scheme: str, extra: str, module: str) -> None:
+    def __init__(self, *, scheme: str, extra: str, module: str, what: str | None = None) -> None:
+        # `what` names sources that no scheme of their own tells apart (Azure Blob's https).
         super().__init__(
-            f"{scheme}:// URIs need the {module!r} package: pip install 'podserve[{extra}]'"
+            f"{what or scheme + ':// URIs'} need the {module!r} package: "
+            f"pip install 'podserve[{extra}]'"
         )
         self.extra = extra

@@ -6,7 +6,10 @@ Accepted forms (a trailing `@sha256:<64 hex>` pins the digest on any of them):
     http://host/path  https://host/path         one file
     s3://bucket/key-or-prefix                   one object, or every object under prefix/
     hf://org/name[@revision]                    a Hugging Face repository snapshot
-    gs://bucket/prefix                          parsed, but fetched only through s3:// (see docs)
+    gs://bucket/key-or-prefix                   Cloud Storage: one object, or all under prefix/
+    https://<account>.blob.core.windows.net/<container>/<path>
+    https://<account>.z<N>.blob.storage.azure.net/<container>/<path>
+                                                Azure Blob: one blob, or every blob under path/
     models:/name/version  models:/name@alias    an MLflow registry version (fetchers/mlflow.py)
     runs:/run_id/path                           an MLflow run's artifacts
 """
@@ -32,6 +35,13 @@ _HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 # MLflow's URIs have one slash after the colon (mlflow/store/artifact/models_artifact_repo.py).
 _MLFLOW = re.compile(r"^(models|runs):/(?!/)")
+# Azure Blob's public endpoints, as KServe matches them (_AZURE_BLOB_RE, see Scheme); a
+# storage account name is 3-24 lowercase letters and digits (Azure docs, "Storage account
+# overview", naming).
+_AZURE_BLOB_HOST = re.compile(
+    r"^(?P<account>[^.]+)\.(blob\.core\.windows\.net|z[0-9]{1,2}\.blob\.storage\.azure\.net)$"
+)
+_AZURE_ACCOUNT = re.compile(r"^[a-z0-9]{3,24}$")
 
 
 class Scheme(enum.StrEnum):
@@ -41,6 +51,10 @@ class Scheme(enum.StrEnum):
     S3 = "s3"
     HF = "hf"
     GS = "gs"
+    # Not a URI scheme anyone types: https URLs on Azure Blob's hosts parse to it, so that
+    # they reach the Azure fetcher (the forms KServe's storage initializer accepts:
+    # kserve/kserve python/storage/kserve_storage/kserve_storage.py, _AZURE_BLOB_RE).
+    AZURE_BLOB = "azure-blob"
     MODELS = "models"
     RUNS = "runs"
 
@@ -50,7 +64,8 @@ class ModelURI:
     """A parsed model URI.
 
     `location` is scheme-specific: an absolute path (file), the full URL without the pin
-    (http/https), `bucket/key` (s3, gs) or `org/name` (hf).
+    (http/https), `bucket/key` (s3, gs), `<host>/<container>/<path>` (azure-blob) or
+    `org/name` (hf).
     """
 
     scheme: Scheme
@@ -84,6 +99,8 @@ class ModelURI:
             return f"file://{self.location}"
         if self.scheme in (Scheme.HTTP, Scheme.HTTPS):
             return self.location
+        if self.scheme is Scheme.AZURE_BLOB:
+            return f"https://{self.location}"
         if self.scheme in (Scheme.MODELS, Scheme.RUNS):
             # `revision` is the tracking server a registry URI was resolved on, so that equal
             # names on two servers are two cache entries.
@@ -129,21 +146,25 @@ def parse_model_uri(text: str, *, digest: str | Digest | None = None) -> ModelUR
     if scheme_match is None:
         return ModelURI(Scheme.FILE, _absolute(raw), pinned=pinned)
     name = scheme_match.group(1).lower()
-    try:
-        scheme = Scheme(name)
-    except ValueError:
-        known = ", ".join(f"{s.value}://" for s in Scheme)
+    typed = {s.value: s for s in Scheme if s is not Scheme.AZURE_BLOB}
+    if name not in typed:
         raise InvalidModelURI(
-            f"unsupported URI scheme {name}:// in {text!r}; use {known} or a local path"
-        ) from None
+            f"unsupported URI scheme {name}:// in {text!r}; use "
+            + ", ".join(f"{value}://" for value in typed)
+            + ", https://<account>.blob.core.windows.net/<container>/<path> or a local path"
+        )
+    scheme = typed[name]
     rest = raw[scheme_match.end() :]
     if scheme in (Scheme.MODELS, Scheme.RUNS):
         raise InvalidModelURI(f"{text!r}: MLflow URIs have one slash: {name}:/...")
     if scheme is Scheme.FILE:
         return _parse_file(raw, pinned)
     if scheme in (Scheme.HTTP, Scheme.HTTPS):
-        if not urlsplit(raw).hostname:
+        host = urlsplit(raw).hostname
+        if not host:
             raise InvalidModelURI(f"{text!r} has no host")
+        if scheme is Scheme.HTTPS and _AZURE_BLOB_HOST.match(host):
+            return _parse_azure_blob(text, raw, pinned)
         return ModelURI(scheme, raw, pinned=pinned)
     if scheme is Scheme.HF:
         return _parse_hf(text, rest, pinned)
@@ -174,3 +195,29 @@ def _parse_hf(text: str, rest: str, pinned: Digest | None) -> ModelURI:
     if "@" in revision:
         raise InvalidModelURI(f"{text!r}: more than one @revision")
     return ModelURI(Scheme.HF, repo, revision=revision or None, pinned=pinned)
+
+
+def _parse_azure_blob(text: str, raw: str, pinned: Digest | None) -> ModelURI:
+    parts = urlsplit(raw)
+    host = (parts.hostname or "").lower()
+    match = _AZURE_BLOB_HOST.match(host)
+    if match is None or not _AZURE_ACCOUNT.match(match.group("account")):
+        raise InvalidModelURI(
+            f"{text!r}: an Azure storage account name is 3-24 lowercase letters and digits"
+        )
+    if parts.query:
+        # KServe takes a SAS from the query string; here it would land in the cache key,
+        # the progress log and the rendered pod's annotations, readable by anyone who can
+        # get pods. A Secret carries it instead.
+        raise InvalidModelURI(
+            f"{parts.scheme}://{parts.netloc}{parts.path}: refusing a query string (a SAS token "
+            "in the URI would be logged and stored in the manifest); give the SAS as "
+            "AZURE_STORAGE_SAS_TOKEN from a Secret"
+        )
+    if parts.port is not None or parts.username or parts.fragment:
+        raise InvalidModelURI(f"{text!r}: expected https://<account>.blob.core.windows.net/...")
+    path = unquote(parts.path).strip("/")
+    container = path.split("/", 1)[0]
+    if not container:
+        raise InvalidModelURI(f"{text!r} names no container")
+    return ModelURI(Scheme.AZURE_BLOB, f"{host}/{path}", pinned=pinned)

@@ -22,6 +22,8 @@ __all__ = [
 
 def default_fetchers(options: SourceOptions) -> Mapping[Scheme, Fetcher]:
     # Imported here so that the scheme modules stay out of a process that never uses them.
+    from podserve.storage.fetchers.azure_blob import AzureBlobFetcher
+    from podserve.storage.fetchers.gcs import GcsFetcher
     from podserve.storage.fetchers.hf import HfFetcher
     from podserve.storage.fetchers.http import HttpFetcher
     from podserve.storage.fetchers.local import LocalFetcher
@@ -34,6 +36,14 @@ def default_fetchers(options: SourceOptions) -> Mapping[Scheme, Fetcher]:
         Scheme.HTTP: http,
         Scheme.HTTPS: http,
         Scheme.S3: S3Fetcher(endpoint_url=options.s3_endpoint_url, timeout_s=options.timeout_s),
+        Scheme.GS: GcsFetcher(
+            endpoint_url=options.gcs_endpoint_url,
+            anonymous=options.gcs_anonymous,
+            timeout_s=options.timeout_s,
+        ),
+        Scheme.AZURE_BLOB: AzureBlobFetcher(
+            endpoint_url=options.azure_blob_endpoint, timeout_s=options.timeout_s
+        ),
         Scheme.HF: HfFetcher(options),
         Scheme.MODELS: MlflowFetcher(options),
         Scheme.RUNS: MlflowFetcher(options),
@@ -56,11 +66,5 @@ def resolve_source(fetchers: Mapping[Scheme, Fetcher], uri: ModelURI) -> ModelUR
 def fetcher_for(fetchers: Mapping[Scheme, Fetcher], scheme: Scheme) -> Fetcher:
     fetcher = fetchers.get(scheme)
     if fetcher is None:
-        if scheme is Scheme.GS:
-            raise InvalidModelURI(
-                "gs:// is not fetched directly; use s3://bucket/path with "
-                "--s3-endpoint-url https://storage.googleapis.com and HMAC keys "
-                "(Cloud Storage's S3-compatible API)"
-            )
         raise InvalidModelURI(f"no fetcher for {scheme.value}:// URIs")
     return fetcher

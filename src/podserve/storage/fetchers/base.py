@@ -37,6 +37,13 @@ class SourceOptions:
     # mlflow client reads them.
     mlflow_tracking_uri: str | None = None
     mlflow_token: str | None = None
+    # gs:// (fetchers/gcs.py): None: STORAGE_EMULATOR_HOST, else storage.googleapis.com.
+    # Anonymous requests reach public buckets without any credentials chain.
+    gcs_endpoint_url: str | None = None
+    gcs_anonymous: bool = False
+    # Azure Blob (fetchers/azure_blob.py): the account URL to use instead of
+    # https://<account>.blob.core.windows.net (Azurite, a private endpoint).
+    azure_blob_endpoint: str | None = None
 
 
 class Fetcher(Protocol):
