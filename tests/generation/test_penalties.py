@@ -120,7 +120,10 @@ def test_penalties_without_the_engines_counts_are_refused_not_ignored() -> None:
 @pytest.mark.parametrize("field", ["presence_penalty", "frequency_penalty"])
 def test_engine_parameters_refuse_out_of_range_penalties(field: str, value: float) -> None:
     with pytest.raises(InvalidInput, match=field):
-        SamplingParams(**{field: value})
+        if field == "presence_penalty":
+            SamplingParams(presence_penalty=value)
+        else:
+            SamplingParams(frequency_penalty=value)
 
 
 def test_wire_fields_become_engine_parameters() -> None:
