@@ -85,3 +85,115 @@ async def test_a_full_queue_refuses_before_reading_the_body(plane: DataPlane) ->
         gate.open.set()
         assert (await running).status_code == 200
         assert (await queued).status_code == 200
+
+
+class HeldBody:
+    """An ASGI request whose body the test hands over when it likes: the time a real
+    client's body spends in transit and in the decoder, without timing anything."""
+
+    def __init__(self, body: bytes = BODY, *, disconnect: bool = False) -> None:
+        self.body = body
+        self.disconnect = disconnect
+        self.deliver = asyncio.Event()
+        self.reads = 0
+        self.sent: list[dict[str, Any]] = []
+
+    async def receive(self) -> dict[str, Any]:
+        self.reads += 1
+        if self.reads > 1:  # the app's disconnect watcher, after the body
+            await asyncio.Event().wait()
+        await self.deliver.wait()
+        if self.disconnect:
+            return {"type": "http.disconnect"}
+        return {"type": "http.request", "body": self.body, "more_body": False}
+
+    async def send(self, message: MutableMapping[str, Any]) -> None:
+        self.sent.append(dict(message))
+
+    def awaited(self) -> bool:
+        """Whether the app asked for the body (so admission let the request by)."""
+        return self.reads >= 1
+
+    def scope(self) -> dict[str, Any]:
+        return {
+            "type": "http",
+            "method": "POST",
+            "path": "/v2/models/gated/infer",
+            "headers": [(b"content-length", str(len(self.body)).encode())],
+        }
+
+    def start(self, app: App) -> asyncio.Future[None]:
+        return asyncio.ensure_future(app(self.scope(), self.receive, self.send))
+
+    @property
+    def status(self) -> int:
+        return int(self.sent[0]["status"])
+
+
+async def occupy_the_instance(app: App, client: httpx.AsyncClient) -> asyncio.Future[Any]:
+    """A request running on `gated`'s one instance, held at its gate (closed)."""
+    gate = GATES["gated"]
+    gate.open.clear()
+    running = asyncio.ensure_future(client.post("/v2/models/gated/infer", content=BODY))
+    await eventually(gate.entered.is_set, "the instance to be busy")
+    return running
+
+
+async def test_a_request_reading_its_body_holds_its_queue_slot(plane: DataPlane) -> None:
+    """`gated` queues one request. While an admitted request's body is still arriving,
+    the queue is empty, yet its one slot is taken: the next request is refused unread,
+    and the admitted one is queued and served (without the reservation, the next one
+    was let by, read and decoded, and one of the two refused after its decode)."""
+    app = App(plane)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://podserve"
+    ) as client:
+        running = await occupy_the_instance(app, client)
+        admitted = HeldBody()
+        admitted_call = admitted.start(app)
+        await eventually(admitted.awaited, "the admitted request to read its body")
+        assert queue_depth(plane, "gated") == 0
+
+        later = HeldBody()
+        later.deliver.set()
+        await app(later.scope(), later.receive, later.send)
+        assert later.status == 503
+        assert later.reads == 0  # refused unread
+        assert b"queue is full" in later.sent[1]["body"]
+
+        admitted.deliver.set()
+        await eventually(lambda: queue_depth(plane, "gated") == 1, "the admitted one queued")
+        GATES["gated"].open.set()
+        await admitted_call
+        assert admitted.status == 200
+        assert (await running).status_code == 200
+
+
+async def test_a_request_that_fails_before_the_queue_gives_its_slot_back(
+    plane: DataPlane,
+) -> None:
+    """A body that does not decode, and a client that leaves before its body arrives:
+    each gives its slot back, so the next request is queued, not refused."""
+    app = App(plane)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://podserve"
+    ) as client:
+        running = await occupy_the_instance(app, client)
+        for failing, expected in (
+            (HeldBody(b'{"inputs": ['), 400),
+            (HeldBody(disconnect=True), None),
+        ):
+            call = failing.start(app)
+            await eventually(failing.awaited, "the body to be awaited")
+            failing.deliver.set()
+            await call
+            assert (failing.status if failing.sent else None) == expected
+
+        queued = HeldBody()
+        queued.deliver.set()
+        queued_call = queued.start(app)
+        await eventually(lambda: queue_depth(plane, "gated") == 1, "the next request queued")
+        GATES["gated"].open.set()
+        await queued_call
+        assert queued.status == 200
+        assert (await running).status_code == 200

@@ -30,6 +30,7 @@ import logging
 from dataclasses import dataclass
 
 import podserve
+from podserve.admission import QueueReservations, Reservation
 from podserve.admission.draining import DrainingRetryHint
 from podserve.config.settings import ServerSettings
 from podserve.core.clock import Clock
@@ -113,6 +114,7 @@ class DataPlane:
         self._clock = clock
         self._payloads = payloads
         self._draining_hint = DrainingRetryHint(clock)
+        self._reservations = QueueReservations()
         self._tokenizing = Tokenizing()
         self._model_control = ModelControl(settings.model_control_mode, settings.admin_token)
         self.edge = EdgeLimits(
@@ -192,6 +194,10 @@ class DataPlane:
         try:
             worker = await self._acquire(model, request.model_version)
             try:
+                if call.reservation is not None:
+                    # Give the promised slot back and take the queue's in the same step:
+                    # worker.infer admits synchronously, before its first await.
+                    call.reservation.release()
                 response = await worker.infer(request)
                 self._draining_hint.completed(model)
             except Unavailable as exc:
@@ -250,18 +256,49 @@ class DataPlane:
         would be refused anyway: the server is draining, the model is unknown, or its
         queue is full (issue 15 item 9: under 10x overload, reading and decoding the
         bodies of requests only to reject them took CPU the model needed). The check
-        is a few attribute reads; `infer` still decides for the requests it lets by."""
+        is a few attribute reads; `infer` still decides for the requests it lets by.
+        Slots promised by `admit_early` count as taken."""
         self._refuse_if_draining(model)
+        worker = self._tensor_worker(model, version)
+        if worker is not None and self._reservations.full(
+            _queue_key(worker), worker.queue_depth, worker.limits.max_queue
+        ):
+            raise self._queue_full(model, worker)
+
+    def admit_early(self, model: str, version: str | None = None) -> Reservation | None:
+        """`refuse_early`, and for a request it lets by, a promised queue slot: pass it
+        as `CallContext.reservation` to `infer` (which releases it as the request
+        enters the queue) and release it on every other path (releasing twice is a
+        no-op). While bodies are read and decoded, later requests then see the slots
+        as taken and are refused unread, instead of after their decode (measured:
+        admission/reservations.py). None when there is no bounded tensor queue to
+        promise a slot of (a generative model, a model not loaded yet)."""
+        self._refuse_if_draining(model)
+        worker = self._tensor_worker(model, version)
+        if worker is None:
+            return None
+        reservation = self._reservations.reserve(
+            _queue_key(worker), worker.queue_depth, worker.limits.max_queue
+        )
+        if reservation is None:
+            raise self._queue_full(model, worker)
+        return reservation
+
+    def _tensor_worker(self, model: str, version: str | None) -> Worker | None:
+        """The loaded tensor worker of `model` (ModelNotFound for an unknown one); None
+        while it is not loaded, or for a generative model (its engine admits)."""
         worker = self._repository.entry(model, version).worker
         if worker is None or worker.generator is not None:
-            return
-        if worker.queue_depth >= worker.limits.max_queue:
-            self._reject(model, "queue_full")
-            raise Unavailable(
-                f"model {model!r} queue is full ({worker.limits.max_queue} waiting); "
-                "retry later or on another replica",
-                reason="queue_full",
-            )
+            return None
+        return worker
+
+    def _queue_full(self, model: str, worker: Worker) -> Unavailable:
+        self._reject(model, "queue_full")
+        return Unavailable(
+            f"model {model!r} queue is full ({worker.limits.max_queue} waiting); "
+            "retry later or on another replica",
+            reason="queue_full",
+        )
 
     def _refuse_if_draining(self, model: str) -> None:
         if self._lifecycle.draining:
@@ -401,6 +438,10 @@ class DataPlane:
         self._tokenizing.close()
         if self._payloads is not None:
             await asyncio.to_thread(self._payloads.close)
+
+
+def _queue_key(worker: Worker) -> str:
+    return f"{worker.name}/{worker.version}"
 
 
 def _with_deadline(request: InferRequest, deadline: float | None) -> InferRequest:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from podserve.admission import Reservation
 from podserve.core.health import HealthReport
 from podserve.core.tensors import TensorSpec
 from podserve.core.triton import ModelConfigView
@@ -48,6 +49,9 @@ class CallContext:
     client_timeout_s: float | None = None
     # the credential a repository call carried (dataplane/model_control.py)
     admin_token: str | None = None
+    # the queue slot `DataPlane.admit_early` promised this call; `infer` releases it as
+    # the request enters the queue (admission/reservations.py)
+    reservation: Reservation | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -230,14 +230,19 @@ class App:
         aborted, freeing its sequence and KV cache. Returns the status; None = client gone."""
         try:
             if route.early_refusal:
-                # before a byte of the body is read (DataPlane.refuse_early)
-                self._dataplane.refuse_early(request.model, request.path_params.get("version"))
+                # Before a byte of the body is read; a request let by holds a queue slot
+                # while its body is read and decoded (DataPlane.admit_early).
+                request.reservation = self._dataplane.admit_early(
+                    request.model, request.path_params.get("version")
+                )
             await request.body(self._max_body_bytes)  # cached for the handler
         except PodserveError as exc:
+            request.release_reservation()
             response = self._error(route, exc)
             await send_response(send, response, request.request_id)
             return response.status
         except ClientGone:
+            request.release_reservation()
             return None
         task = asyncio.current_task()
         gone = answering = started = False
@@ -280,6 +285,7 @@ class App:
             raise
         finally:
             answering = True
+            request.release_reservation()  # if the data plane did not take it up
             watcher.cancel()
             if task is not None:
                 self.inflight.discard(task)

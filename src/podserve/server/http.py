@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from podserve.admission import Reservation
 from podserve.core.errors import InvalidInput, PayloadTooLarge
 
 Scope = MutableMapping[str, Any]
@@ -72,7 +73,13 @@ class Request:
     request_id: str
     path_params: dict[str, str] = field(default_factory=dict)
     model: str = ""
+    # the queue slot admission promised before the body was read (DataPlane.admit_early)
+    reservation: Reservation | None = None
     _body: bytes | None = None
+
+    def release_reservation(self) -> None:
+        if self.reservation is not None:
+            self.reservation.release()
 
     def header(self, name: str) -> str | None:
         return self.headers.get(name)

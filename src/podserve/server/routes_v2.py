@@ -68,6 +68,7 @@ class V2Routes:
             endpoint="v2",
             request_id=request.request_id,
             timeout_ms=request.header("x-request-timeout-ms"),
+            reservation=request.reservation,
         )
         response = await self._dataplane.infer(infer_request, call)
         binary = binary_output_names(infer_request, (t.name for t in response.outputs))
