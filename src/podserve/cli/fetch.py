@@ -52,7 +52,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "uri",
         metavar="URI",
-        help="path, file://, http(s)://, s3://bucket/key, hf://org/name@rev, "
+        help="path, file://, http(s)://, s3://bucket/key, gs://bucket/key, "
+        "https://<account>.blob.core.windows.net/<container>/<path>, hf://org/name@rev, "
         "models:/name/version, models:/name@alias or runs:/run_id/path (MLflow); "
         "a trailing @sha256:<hex> pins the digest",
     )
@@ -80,6 +81,25 @@ def register(subparsers: Any) -> None:
         default=os.environ.get("PODSERVE_S3_ENDPOINT_URL"),
         help="S3-compatible endpoint (env PODSERVE_S3_ENDPOINT_URL; "
         "default: boto3's own, e.g. AWS_ENDPOINT_URL)",
+    )
+    parser.add_argument(
+        "--gcs-endpoint-url",
+        default=os.environ.get("PODSERVE_GCS_ENDPOINT_URL"),
+        help="Cloud Storage endpoint for gs:// (env PODSERVE_GCS_ENDPOINT_URL; default: "
+        "STORAGE_EMULATOR_HOST, else storage.googleapis.com)",
+    )
+    parser.add_argument(
+        "--gcs-anonymous",
+        action="store_true",
+        default=os.environ.get("PODSERVE_GCS_ANONYMOUS", "").lower() in ("1", "true"),
+        help="read gs:// without credentials, for a public bucket (env PODSERVE_GCS_ANONYMOUS)",
+    )
+    parser.add_argument(
+        "--azure-blob-endpoint",
+        default=os.environ.get("PODSERVE_AZURE_BLOB_ENDPOINT"),
+        help="account URL to use for Azure Blob URIs instead of https://<account>.blob.core."
+        "windows.net, e.g. Azurite's (env PODSERVE_AZURE_BLOB_ENDPOINT; a connection string's "
+        "own endpoint wins)",
     )
     parser.add_argument(
         "--mlflow-uri",
@@ -184,6 +204,9 @@ def _run(args: argparse.Namespace) -> int:
         quiet_third_party_progress()  # huggingface_hub's own bars would break the JSON lines
     sources = SourceOptions(
         s3_endpoint_url=args.s3_endpoint_url,
+        gcs_endpoint_url=args.gcs_endpoint_url,
+        gcs_anonymous=args.gcs_anonymous,
+        azure_blob_endpoint=args.azure_blob_endpoint,
         hf_cache_dir=args.hf_cache_dir,
         hf_offline=args.hf_offline,
         timeout_s=args.timeout_s,

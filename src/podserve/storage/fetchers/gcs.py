@@ -112,6 +112,15 @@ class GcsFetcher:
             for obj in objects:
                 self._download(bucket, obj, staging, progress)
         except auth.DefaultCredentialsError as exc:
+            if self._anonymous:
+                # A 401 makes the library refresh the credentials, which anonymous ones
+                # cannot (google/auth/credentials.py, AnonymousCredentials.refresh): Cloud
+                # Storage answers anonymous callers of a private bucket with 401.
+                raise SourceAccessDenied(
+                    f"{uri}: 401: the bucket refuses anonymous reads; drop --gcs-anonymous "
+                    "and give the pod credentials (Workload Identity or "
+                    "GOOGLE_APPLICATION_CREDENTIALS)"
+                ) from exc
             raise SourceAccessDenied(
                 f"{uri}: no Google credentials found ({exc}); give the pod Workload Identity "
                 "(credentials.gcpServiceAccount) or GOOGLE_APPLICATION_CREDENTIALS, or "
