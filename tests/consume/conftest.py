@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from podserve.config.settings import ServerSettings
 from podserve.consume.consumer import Consumer, ConsumerPolicy
 from podserve.consume.metrics import ConsumerMetrics
+from podserve.consume.retention import Retention
 from podserve.consume.streams import RedisStreams, StreamNames
 from podserve.dataplane import DataPlane
 from podserve.dataplane.build import build_dataplane
@@ -60,7 +61,7 @@ def redis_url() -> Iterator[str]:
 _counter = iter(range(1_000_000))
 
 
-def fresh_names(consumer: str = "c1") -> StreamNames:
+def fresh_names(consumer: str = "c1", retention: Retention | None = None) -> StreamNames:
     """Stream names no other test uses (the server is shared by the session)."""
     n = next(_counter)
     return StreamNames(
@@ -69,6 +70,7 @@ def fresh_names(consumer: str = "c1") -> StreamNames:
         results=f"res{n}",
         dead_letters=f"req{n}:dead",
         consumer=consumer,
+        retention=retention or Retention(),
     )
 
 

@@ -67,6 +67,8 @@ def test_renders_deployment_scaled_object_and_trigger_authentication() -> None:
     assert flag["--results-stream"] == "fraud-results"
     assert flag["--dead-letter-stream"] == "fraud-dead"
     assert flag["--max-failures"] == "3"
+    # Results retention: the spec's defaults, as the consumer's flags.
+    assert (flag["--results-ttl-s"], flag["--results-maxlen"]) == ("86400", "1000000")
     # 1 s read + 2 x 5 s (the example's longestRequestSeconds) = 11 s, then the margin.
     assert flag["--drain-timeout-s"] == "11"
     assert pod["terminationGracePeriodSeconds"] == 11 + 5
@@ -136,6 +138,15 @@ def test_pending_entries_with_a_warm_replica_is_fine() -> None:
     assert "redis-streams-pending-no-wake" not in findings(svc)
     (trigger,) = consumer_objects(svc)["ScaledObject"]["spec"]["triggers"]
     assert trigger["metadata"]["pendingEntriesCount"] == "10"
+
+
+def test_results_retention_is_passed_to_the_consumer() -> None:
+    svc = service(resultsRetentionSeconds=3600, resultsMaxLen=0)
+    args = consumer_objects(svc)["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    flag = {args[i]: args[i + 1] for i in range(1, len(args) - 1, 2)}
+    assert (flag["--results-ttl-s"], flag["--results-maxlen"]) == ("3600", "0")
+    with pytest.raises(ValidationError, match="resultsRetentionSeconds"):
+        service(resultsRetentionSeconds=0)
 
 
 def test_min_above_max_is_refused() -> None:

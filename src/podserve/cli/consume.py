@@ -99,11 +99,20 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--metrics-host", default="0.0.0.0", help="metrics listen address")
     parser.add_argument(
+        "--results-ttl-s",
         "--result-ttl-s",
+        dest="results_ttl_s",
         type=int,
-        default=7 * 24 * 3600,
-        help="how long a request id's answered-marker is kept "
-        "(re-runs within it are not answered twice)",
+        default=24 * 3600,
+        help="results older than this are trimmed from the results stream (exact MINID), "
+        "and a request id's answered-marker lives as long: a repeated id within it gets "
+        "no second result (default: 1 day)",
+    )
+    parser.add_argument(
+        "--results-maxlen",
+        type=int,
+        default=1_000_000,
+        help="cap on the results stream's length (XTRIM MAXLEN ~, whole nodes; 0: no cap)",
     )
     parser.add_argument(
         "--cache-dir", type=Path, default=None, help="model cache (env PODSERVE_CACHE_DIR)"
@@ -122,6 +131,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from podserve.config.settings import ServerSettings
     from podserve.consume.consumer import ConsumerPolicy
+    from podserve.consume.retention import Retention
     from podserve.consume.runner import ConsumeSettings, consume
     from podserve.consume.streams import StreamNames
     from podserve.core.errors import PodserveError
@@ -149,6 +159,7 @@ def _run(args: argparse.Namespace) -> int:
             claim_idle_ms=args.claim_idle_ms,
             max_failures=args.max_failures,
         )
+        retention = Retention(ttl_s=args.results_ttl_s, maxlen=args.results_maxlen)
     except (ValidationError, ValueError) as exc:
         print(f"podserve consume: invalid settings:\n{exc}", file=sys.stderr)
         return 2
@@ -158,7 +169,7 @@ def _run(args: argparse.Namespace) -> int:
         results=args.results_stream,
         dead_letters=args.dead_letter_stream or f"{args.stream}:dead",
         consumer=args.consumer or f"{socket.gethostname()}-{os.getpid()}",
-        result_ttl_s=args.result_ttl_s,
+        retention=retention,
     )
     settings = ConsumeSettings(
         redis_url=args.redis,

@@ -46,6 +46,18 @@ class AsyncConsumer(_Spec):
         ge=1,
         description="A pending entry idle this long (its consumer died) is claimed by another.",
     )
+    results_retention_seconds: int = Field(
+        86_400,
+        ge=1,
+        description="Results older than this are trimmed from the results stream, and a "
+        "request id repeated within it gets no second result (`--results-ttl-s`).",
+    )
+    results_max_len: int = Field(
+        1_000_000,
+        ge=0,
+        description="Cap on the results stream's length, trimmed approximately (`MAXLEN ~`, "
+        "`--results-maxlen`); 0: no cap.",
+    )
     min_replicas: int = Field(0, ge=0, description="0 scales the consumers to zero when idle.")
     max_replicas: int = Field(10, ge=1, description="Most consumer replicas.")
     scale_on: Literal["lag", "pendingEntries"] = Field(

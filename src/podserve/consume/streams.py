@@ -12,32 +12,42 @@ Delivery semantics (https://redis.io/docs/latest/develop/data-types/streams/):
   `<results>:done:<id>` did not exist (SET NX, with a TTL), and the XACK happens in the
   same Lua script: a crash before the script leaves the entry pending (it runs again), a
   crash after it leaves it answered and acknowledged, and there is no state in between.
+- The same script trims the results stream by age and count and expires each marker with
+  its result (retention.py: the guarantee, stated exactly).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from podserve.consume.contract import Result, StreamEntry, parse_entry
+from podserve.consume.retention import Retention
 
 # Every write of one flush in one script call: one round trip and one script run for the
 # batch, each write keeping its own semantics (and the whole batch atomic).
 # KEYS: results, requests, failures hash, dead letters, then write i's done marker at 4+i
-# ARGV: group, marker ttl (s), then per write in order
+# ARGV: group, retention ttl (ms), results maxlen (0: no cap), then per write in order
 #       'r' (a result): entry id, request id, status, body
 #       'f' (a failed attempt): entry id, request id, status, body, max failures, error,
 #           model, request body, api
 # Returns per write: 1/0 for a result (0: one existed), the failure count for a failed
 # attempt, negated when it went to the dead-letter stream.
+# Retention (retention.py says why each step is as it is): results older than the ttl go
+# first (exact MINID, Redis' clock), each marker expires ttl after its result's entry id,
+# and the count cap trims whole nodes (MAXLEN ~) once per call.
 _WRITES_LUA = """
 local out = {}
-local group, ttl = ARGV[1], ARGV[2]
-local a = 3
+local group, ttl, maxlen = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+redis.call('XTRIM', KEYS[1], 'MINID', string.format('%d', now - ttl))
+local added = false
+local a = 4
 for i = 1, #KEYS - 4 do
   local failed = ARGV[a] == 'f'
   local entry, rid, status, body = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
@@ -53,15 +63,23 @@ for i = 1, #KEYS - 4 do
                  'api', ARGV[a + 9], 'entry', entry, 'error', ARGV[a + 6], 'failures', count)
     end
     local written = 0
-    if redis.call('SET', KEYS[4 + i], entry, 'NX', 'EX', ttl) then
-      redis.call('XADD', KEYS[1], '*', 'id', rid, 'status', status, 'body', body)
+    if redis.call('SET', KEYS[4 + i], entry, 'NX', 'PX', ttl) then
+      local id = redis.call('XADD', KEYS[1], '*', 'id', rid, 'status', status, 'body', body)
+      local ms = tonumber(string.sub(id, 1, string.find(id, '-', 1, true) - 1))
+      if ms > now then  -- the stream's ids run ahead of the clock: the marker follows them
+        redis.call('PEXPIREAT', KEYS[4 + i], string.format('%d', ms + ttl))
+      end
       written = 1
+      added = true
     end
     redis.call('XACK', KEYS[2], group, entry)
     redis.call('HDEL', KEYS[3], entry)
     if failed then out[i] = -count else out[i] = written end
   end
   if failed then a = a + 10 else a = a + 5 end
+end
+if added and maxlen > 0 then
+  redis.call('XTRIM', KEYS[1], 'MAXLEN', '~', maxlen)
 end
 return out
 """
@@ -74,7 +92,7 @@ class StreamNames:
     results: str
     dead_letters: str
     consumer: str
-    result_ttl_s: int = 7 * 24 * 3600
+    retention: Retention = field(default_factory=Retention)
 
     @property
     def failures(self) -> str:
@@ -187,7 +205,7 @@ class RedisStreams:
             return []
         names = self.names
         keys: list[str] = [names.results, names.requests, names.failures, names.dead_letters]
-        args: list[Arg] = [names.group, names.result_ttl_s]
+        args: list[Arg] = [names.group, names.retention.ttl_ms, names.retention.maxlen]
         for write in writes:
             entry, result = write.entry, write.result
             keys.append(names.done_marker(entry.request_id))

@@ -66,6 +66,8 @@ def consumer_args(service: ModelService, queue: AsyncConsumer) -> list[str]:
         "--group", queue.group,
         "--results-stream", queue.results_stream,
         "--claim-idle-ms", str(queue.claim_idle_seconds * 1000),
+        "--results-ttl-s", str(queue.results_retention_seconds),
+        "--results-maxlen", str(queue.results_max_len),
         "--block-ms", str(BLOCK_MS),
         "--drain-timeout-s", str(drain_seconds(service, queue)),
         "--metrics-port", str(METRICS_PORT),
