@@ -179,10 +179,10 @@ class AzureBlobFetcher:
             else:
                 if not _is_folder(props.metadata):
                     rel = path.rsplit("/", 1)[-1]
-                    return [_Object(path, rel, int(props.size), str(props.etag))]
+                    return [_Object(path, rel, int(props.size), _quoted(props.etag))]
         prefix = f"{path}/" if path else ""
         objects = [
-            _Object(blob.name, blob.name[len(prefix) :], int(blob.size), str(blob.etag))
+            _Object(blob.name, blob.name[len(prefix) :], int(blob.size), _quoted(blob.etag))
             for blob in container.list_blobs(name_starts_with=prefix or None, include=["metadata"])
             if not blob.name.endswith("/") and not _is_folder(blob.metadata)
         ]
@@ -254,6 +254,13 @@ def _token_credential(env: Mapping[str, str]) -> tuple[Any, str]:
         exclude_interactive_browser_credential=True,
     )
     return credential, "DefaultAzureCredential (AZURE_CLIENT_ID)"
+
+
+def _quoted(etag: str) -> str:
+    """One spelling of an ETag: Get Blob Properties sends it quoted (an HTTP header), List
+    Blobs bare (an XML element), and a resume compares the two."""
+    text = str(etag)
+    return text if text.startswith('"') else f'"{text}"'
 
 
 def _is_folder(metadata: Mapping[str, str] | None) -> bool:
