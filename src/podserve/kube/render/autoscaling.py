@@ -201,7 +201,11 @@ def scaled_object(
         # After failureThreshold failed reads KEDA feeds the HPA a metric that lands on
         # `replicas`; currentReplicasIfHigher keeps a larger current count, so a broken
         # metrics pipeline neither pins the service at its minimum nor scales it down
-        # blind. Not allowed with cpu/memory triggers.
+        # blind. Not allowed with cpu/memory triggers. Since KEDA 2.17 (`behavior` needs it)
+        # this is the only path: the executor no longer sets fallback.replicas itself
+        # (kedacore/keda#6520), and at 0 replicas the HPA is inactive, so fallback does not
+        # wake a service at zero (pkg/fallback/fallback.go GetMetricsWithFallback;
+        # pkg/scaling/executor/scale_scaledobjects.go RequestScale; docs/kubernetes.md).
         body["fallback"] = {
             "failureThreshold": FALLBACK_FAILURES,
             "replicas": fallback_replicas(service.spec),

@@ -10,7 +10,11 @@ content/docs/2.21/reference/scaledobject-spec.md and concepts/scaling-deployment
 - after no trigger was active for `cooldownPeriod` (and `initialCooldownPeriod` after
   creation), minReplicaCount 0 scales the target to 0;
 - `fallback`: after `failureThreshold` consecutive failed reads, the target goes to
-  `fallback.replicas` (the static behaviour) until reads succeed again."""
+  `fallback.replicas` (the static behaviour) until reads succeed again. Since KEDA 2.17 the
+  value reaches the target only through the HPA (pkg/fallback/fallback.go
+  GetMetricsWithFallback; the executor's own fallback scaling was removed,
+  kedacore/keda#6520), and an HPA does nothing to a target at 0 replicas, so a target at
+  zero stays there (kedacore/keda#7239)."""
 
 from __future__ import annotations
 
@@ -46,6 +50,10 @@ class KedaController:
             threshold = self.spec.fallback_failures
             if threshold is not None and self.failures >= threshold:
                 self.fallback_active = True
+                if current == 0:
+                    # The fallback metric goes to an HPA that is inactive at 0 replicas;
+                    # the executor only logs (scale_scaledobjects.go RequestScale).
+                    return None
                 self.last_reason = "fallback"
                 return fallback_replicas(self.spec, current)
             return None
