@@ -5,12 +5,16 @@ usual mistakes in them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
+from podserve.cli.main import main
 from podserve.config.model_service import ModelService
+from podserve.kube.apiserver import server_problems
 from podserve.kube.lint import ALL_RULES, lint_documents
 from podserve.kube.render import render
 from podserve.kube.types import Manifest
@@ -152,3 +156,78 @@ def test_results_retention_is_passed_to_the_consumer() -> None:
 def test_min_above_max_is_refused() -> None:
     with pytest.raises(ValidationError, match="minReplicas must not exceed"):
         service(minReplicas=5, maxReplicas=2)
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str]]:
+    """`podserve ARGS...` through the real entry point: (exit code, stdout)."""
+
+    def run(*argv: str) -> tuple[int, str]:
+        code = main(list(argv))
+        return code, capsys.readouterr().out
+
+    return run
+
+
+def monitors(svc: ModelService) -> dict[str, Manifest]:
+    return {m["metadata"]["name"]: m for m in render(svc).manifests if m["kind"] == "PodMonitor"}
+
+
+def selects(monitor: Manifest, pod_labels: dict[str, str]) -> bool:
+    wanted: dict[str, str] = monitor["spec"]["selector"]["matchLabels"]
+    return all(pod_labels.get(k) == v for k, v in wanted.items())
+
+
+def test_a_pod_monitor_scrapes_the_consumers_metrics_port() -> None:
+    svc = service()
+    manifests = render(svc).manifests
+    deployments = {m["metadata"]["name"]: m for m in manifests if m["kind"] == "Deployment"}
+    consumer = deployments["fraud-score-consumer"]["spec"]["template"]
+    server = deployments["fraud-score"]["spec"]["template"]
+    found = monitors(svc)
+    mine, serving = found["fraud-score-consumer"], found["fraud-score"]
+    (endpoint,) = mine["spec"]["podMetricsEndpoints"]
+    # It picks the consumer pods and not the server's ...
+    assert selects(mine, consumer["metadata"]["labels"])
+    assert not selects(mine, server["metadata"]["labels"])
+    # ... on a port name their container declares, where --metrics-port listens; the
+    # operator keeps only targets whose container port has that name.
+    (ctr,) = consumer["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in ctr["ports"]}
+    args = ctr["args"]
+    assert endpoint["port"] == "metrics"
+    assert str(ports[endpoint["port"]]) == args[args.index("--metrics-port") + 1]
+    assert endpoint["path"] == "/metrics"
+    # The server's monitor picks the consumer pods too, by name, but they have no `http`
+    # port: no target there, so nothing is scraped twice.
+    assert selects(serving, consumer["metadata"]["labels"])
+    assert serving["spec"]["podMetricsEndpoints"][0]["port"] not in ports
+    # Labelled as the server's series are: `service`, and `component` instead of a track
+    # (the serving autoscaler's queries select a track, so consumers never feed them).
+    rules = {r["targetLabel"]: r["sourceLabels"] for r in endpoint["relabelings"]}
+    assert rules == {
+        "service": ["__meta_kubernetes_pod_label_app_kubernetes_io_name"],
+        "component": ["__meta_kubernetes_pod_label_app_kubernetes_io_component"],
+    }
+    assert mine["metadata"]["namespace"] == serving["metadata"]["namespace"]
+
+
+def test_the_pod_monitor_follows_spec_monitoring() -> None:
+    svc = with_spec(service(), monitoring={"podMonitor": False})
+    assert monitors(svc) == {}
+
+
+def test_with_the_pod_monitor_it_passes_the_api_server_checks_and_lint_strict(
+    cli: Callable[..., tuple[int, str]], tmp_path: Path
+) -> None:
+    svc = service()
+    assert "fraud-score-consumer" in monitors(svc)
+    assert validate_manifests(render(svc).manifests, CrdCatalog.bundled()) == []
+    problems = server_problems(list(render(svc).manifests))
+    assert problems == [], [str(p) for p in problems]
+    spec = tmp_path / "async.yaml"
+    spec.write_text(dump_all([svc.to_document()]))
+    assert cli("render", str(spec), "-o", str(tmp_path / "out"))[0] == 0
+    code, out = cli("lint", "--strict", str(tmp_path / "out"))
+    assert code == 0, out
+    assert "0 error(s), 0 warning(s), 0 info" in out

@@ -24,6 +24,7 @@ from podserve.config.service_async import AsyncConsumer
 from podserve.kube import conventions as c
 from podserve.kube.plan import Plan
 from podserve.kube.render.checkov import checkov_skips, fetch_lint_ignores, fetch_pod_reasons
+from podserve.kube.render.monitoring import metrics_pod_monitor
 from podserve.kube.render.placement import gpu_tolerations, node_affinity, node_selector
 from podserve.kube.render.pod import (
     container_security,
@@ -270,6 +271,20 @@ def _selector(service: ModelService) -> dict[str, str]:
     return {c.NAME_LABEL: service.metadata.name, c.COMPONENT_LABEL: COMPONENT}
 
 
+def _pod_monitor(service: ModelService) -> Manifest:
+    """The consumers' /metrics on their `metrics` port, labelled as the server's monitor
+    labels its series (`service`), plus `component="consumer"` in place of a track: the
+    serving autoscaler's queries select `track`, so consumer series never feed it. The
+    server's monitor selects these pods too (by name) but finds no `http` port on them."""
+    return metrics_pod_monitor(
+        service,
+        f"{service.metadata.name}-{COMPONENT}",
+        _selector(service),
+        "metrics",
+        {c.NAME_LABEL: "service", c.COMPONENT_LABEL: "component"},
+    )
+
+
 def consumer_objects(service: ModelService, plan: Plan) -> list[Manifest]:
     queue = service.spec.async_
     if queue is None:
@@ -280,4 +295,6 @@ def consumer_objects(service: ModelService, plan: Plan) -> list[Manifest]:
         objects.append(auth)
     if service.spec.network_policy:
         objects.append(_network_policy(service))
+    if service.spec.monitoring.pod_monitor:
+        objects.append(_pod_monitor(service))
     return objects

@@ -18,26 +18,44 @@ def _label_rule(pod_label: str, target: str) -> dict[str, Any]:
     return {"action": "replace", "sourceLabels": [source], "targetLabel": target}
 
 
-def pod_monitor(service: ModelService) -> Manifest:
+def metrics_pod_monitor(
+    service: ModelService,
+    name: str,
+    selector: dict[str, str],
+    port: str,
+    labels: dict[str, str],
+) -> Manifest:
+    """A PodMonitor scraping /metrics on the named container port of the pods `selector`
+    picks, copying each pod label in `labels` (pod label -> series label). The operator
+    turns `port` into a `keep` on `__meta_kubernetes_pod_container_port_name`
+    (prometheus-operator pkg/prometheus/promcfg.go, generatePodMonitorConfig), so a
+    selected pod without that port name is no target."""
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",
-        "metadata": metadata(service, service.metadata.name, "monitoring"),
+        "metadata": metadata(service, name, "monitoring"),
         "spec": {
-            "selector": {"matchLabels": {c.NAME_LABEL: service.metadata.name}},
+            "selector": {"matchLabels": selector},
             "podMetricsEndpoints": [
                 {
-                    "port": "http",
+                    "port": port,
                     "path": c.METRICS_PATH,
                     "interval": "15s",
-                    "relabelings": [
-                        _label_rule(c.NAME_LABEL, "service"),
-                        _label_rule(c.TRACK_LABEL, "track"),
-                    ],
+                    "relabelings": [_label_rule(pod, to) for pod, to in labels.items()],
                 }
             ],
         },
     }
+
+
+def pod_monitor(service: ModelService) -> Manifest:
+    return metrics_pod_monitor(
+        service,
+        service.metadata.name,
+        {c.NAME_LABEL: service.metadata.name},
+        "http",
+        {c.NAME_LABEL: "service", c.TRACK_LABEL: "track"},
+    )
 
 
 def prometheus_rule(service: ModelService) -> Manifest:
