@@ -1,9 +1,12 @@
 """A drain that times out (issue 15 item 3), on a real `podserve serve` process: the
-documented exit code (1), each cut REST request a JSON 503 with Retry-After, one log line
-per cut request, and no SIGABRT, plain-text 500 or traceback."""
+documented exit code (1), each cut REST request a JSON 503 with Retry-After, each cut
+gRPC call (unary and streaming, through grpcio and tritonclient) UNAVAILABLE with the
+drain named and a retry-after, one log line per cut request, and no SIGABRT,
+plain-text 500 or traceback."""
 
 from __future__ import annotations
 
+import queue
 import signal
 import threading
 from pathlib import Path
@@ -12,6 +15,8 @@ import grpc
 import httpx
 import numpy as np
 import pytest
+import tritonclient.grpc as triton_grpc
+from tritonclient.utils import InferenceServerException
 
 from podserve.server.grpc._generated import inference_pb2 as pb
 from podserve.server.grpc._generated import inference_pb2_grpc as pb_grpc
@@ -31,9 +36,24 @@ def _grpc(port: int, sink: list[grpc.RpcError | pb.ModelInferResponse]) -> None:
     request.raw_input_contents.append(np.ones(3, dtype="<f4").tobytes())
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         try:
-            sink.append(pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=60))
+            sink.append(
+                pb_grpc.GRPCInferenceServiceStub(channel).ModelInfer(
+                    request, timeout=60, metadata=(("x-request-id", "unary-1"),)
+                )
+            )
         except grpc.RpcError as error:
             sink.append(error)
+
+
+def _stream(port: int) -> tuple[triton_grpc.InferenceServerClient, queue.Queue[object]]:
+    """A tritonclient ModelStreamInfer stream with one request to the slow model."""
+    client = triton_grpc.InferenceServerClient(f"127.0.0.1:{port}")
+    answers: queue.Queue[object] = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put(error or result))
+    features = triton_grpc.InferInput("x", [1, 3], "FP32")
+    features.set_data_from_numpy(np.ones((1, 3), dtype=np.float32))
+    client.async_stream_infer("slow", [features], request_id="stream-1")
+    return client, answers
 
 
 def test_drain_timeout_answers_each_cut_request_and_exits_1(tmp_path: Path) -> None:
@@ -59,14 +79,18 @@ def test_drain_timeout_answers_each_cut_request_and_exits_1(tmp_path: Path) -> N
         ]
         for thread in threads:
             thread.start()
+        streamer, answers = _stream(server.grpc_port)
         wait_until(
-            lambda: server.metric("podserve_inflight_requests", {"model": "slow"}) == 3,
-            what="three in flight",
+            lambda: server.metric("podserve_inflight_requests", {"model": "slow"}) == 4,
+            what="four in flight",
         )
         server.send_signal(signal.SIGTERM)
         code = server.wait_exit(timeout_s=30)
         for thread in threads:
             thread.join(timeout=30)
+        stream_error = answers.get(timeout=30)
+        streamer.stop_stream()
+        streamer.close()
         server.stop()
 
     assert code == 1  # the documented exit code of a drain that cut requests, not -6/134
@@ -77,13 +101,29 @@ def test_drain_timeout_answers_each_cut_request_and_exits_1(tmp_path: Path) -> N
         assert "drain_timeout_s expired" in response.json()["error"]
         assert response.headers["retry-after"]
         assert response.headers["connection"] == "close"
+    # gRPC: UNAVAILABLE (retryable by clients and proxies), not CANCELLED
     assert len(rpcs) == 1
-    assert isinstance(rpcs[0], grpc.RpcError)
-    assert rpcs[0].code() in (grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE)
+    (rpc,) = rpcs
+    assert isinstance(rpc, grpc.RpcError)
+    assert rpc.code() == grpc.StatusCode.UNAVAILABLE
+    assert "drain_timeout_s expired" in rpc.details()
+    trailers = dict(rpc.trailing_metadata())
+    assert int(trailers["retry-after"]) >= 1
+    assert trailers["x-request-id"] == "unary-1"
+    assert isinstance(stream_error, InferenceServerException)
+    assert stream_error.status() == "StatusCode.UNAVAILABLE"
+    assert "drain_timeout_s expired" in stream_error.message()
 
     lines = [r for r in server.logs if r.get("msg") == "request cut at drain timeout"]
-    assert len(lines) == 2
-    assert {line["path"] for line in lines} == {"/v2/models/slow/infer"}
+    assert sorted(line["path"] for line in lines) == [
+        "/inference.GRPCInferenceService/ModelInfer",
+        "/inference.GRPCInferenceService/ModelStreamInfer",
+        "/v2/models/slow/infer",
+        "/v2/models/slow/infer",
+    ]
+    assert {line["model"] for line in lines} == {"slow"}
+    (unary_line,) = [line for line in lines if line["path"].endswith("/ModelInfer")]
+    assert unary_line["request_id"] == "unary-1"
     text = "".join(server.raw_lines)
     assert "Traceback" not in text
     assert "Exception in ASGI application" not in text

@@ -70,7 +70,11 @@ async def serve(
         from podserve.server.grpc.server import start_grpc_server
 
         grpc_server, grpc_port = await start_grpc_server(
-            dataplane, settings.host, settings.grpc_port, max_message_bytes=settings.max_body_bytes
+            dataplane,
+            settings.host,
+            settings.grpc_port,
+            max_message_bytes=settings.max_body_bytes,
+            inflight=app.inflight,  # one registry: a drain timeout cuts both edges' calls
         )
 
     exit_code = EXIT_OK
@@ -93,8 +97,9 @@ async def serve(
                 "drain timeout expired; cutting in-flight requests",
                 extra={"cut_requests": cut, "drain_timeout_s": settings.drain_timeout_s},
             )
-            # Each cut REST request answers a JSON 503 (or a last event on its stream)
-            # and logs one line (server/cut.py); gRPC's are cancelled when it stops.
+            # Each cut REST request answers a JSON 503 (or a last event on its stream),
+            # each cut gRPC call ends UNAVAILABLE (server/grpc/cut.py), and each logs
+            # one line (server/cut.py), all before the listeners stop.
             await app.inflight.cut(timeout_s=_CUT_ANSWER_S)
         server.exit_now()
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import grpc
 
 from podserve.dataplane.api import DataPlaneAPI
+from podserve.server.cut import InflightRequests
 from podserve.server.grpc._generated.inference_pb2_grpc import (
     add_GRPCInferenceServiceServicer_to_server,
 )
+from podserve.server.grpc.cut import CuttableServicer
 from podserve.server.grpc.service import InferenceServicer
 
 
@@ -19,7 +21,12 @@ def _address(host: str, port: int) -> str:
 
 
 async def start_grpc_server(
-    dataplane: DataPlaneAPI, host: str, port: int, *, max_message_bytes: int
+    dataplane: DataPlaneAPI,
+    host: str,
+    port: int,
+    *,
+    max_message_bytes: int,
+    inflight: InflightRequests | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """Serve the data plane over gRPC on host:port and return the server and its bound
     port (port 0 picks a free one). Raises OSError when the address cannot be bound.
@@ -27,6 +34,10 @@ async def start_grpc_server(
     `max_message_bytes` caps both received and sent messages; a larger request is refused
     by gRPC itself with RESOURCE_EXHAUSTED before it is decoded. SO_REUSEPORT is off, so a
     second server on the same port fails loudly instead of silently sharing its traffic.
+
+    With `inflight` (the server process's, shared with the REST edge), the inference
+    calls register there, and a drain timeout's `inflight.cut()` ends each UNAVAILABLE
+    (server/grpc/cut.py).
     """
     if max_message_bytes <= 0:
         raise ValueError(f"max_message_bytes must be positive, got {max_message_bytes}")
@@ -37,7 +48,10 @@ async def start_grpc_server(
             ("grpc.so_reuseport", 0),
         ]
     )
-    add_GRPCInferenceServiceServicer_to_server(InferenceServicer(dataplane), server)
+    servicer = (
+        InferenceServicer(dataplane) if inflight is None else CuttableServicer(dataplane, inflight)
+    )
+    add_GRPCInferenceServiceServicer_to_server(servicer, server)
     address = _address(host, port)
     try:
         bound_port = int(server.add_insecure_port(address))

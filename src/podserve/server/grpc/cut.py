@@ -1,0 +1,108 @@
+"""gRPC inference calls that the drain timeout cuts end UNAVAILABLE (issue 15).
+
+The REST edge answers a cut request a JSON 503 (server/cut.py). Before this, a cut gRPC
+call was cancelled when the server stopped, and its client saw CANCELLED, a code that
+gRPC clients and proxies do not retry: gRPC's status code guide
+(https://grpc.github.io/grpc/core/md_doc_statuscodes.html) lists UNAVAILABLE as "most
+likely a transient condition, which can be corrected by retrying", and Envoy's
+`retry_on: unavailable` and gRPC's own retry policy (`retryableStatusCodes`, gRFC A6,
+https://github.com/grpc/proposal/blob/master/A6-client-retries.md) retry exactly that
+code. Triton answers a server that is shutting down UNAVAILABLE too (core
+src/server.cc: "Server is stopping"). So the inference RPCs register their handler task
+in the same `InflightRequests` as REST; `InflightRequests.cut()` cancels the task, and
+the handler, seeing `cutting`, ends the call UNAVAILABLE with `CUT_MESSAGE`, a
+`retry-after` and the request id in trailing metadata, and logs one line, before the
+runner stops the gRPC server. A streaming call (ModelStreamInfer) ends the same way,
+after the answers it already sent. A call the client cancels, or one that the server's
+stop cancels after a second signal, stays CANCELLED.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import NoReturn, cast
+
+from podserve.core.errors import Draining
+from podserve.dataplane import DataPlaneAPI
+from podserve.server.cut import CUT_MESSAGE, InflightRequests, log_cut
+from podserve.server.grpc._generated import inference_pb2 as pb
+from podserve.server.grpc.service import Context, InferenceServicer, status_for
+
+_SERVICE = "/inference.GRPCInferenceService/"
+
+
+class CuttableServicer(InferenceServicer):
+    """`InferenceServicer` whose inference calls the drain timeout can cut."""
+
+    def __init__(self, dataplane: DataPlaneAPI, inflight: InflightRequests) -> None:
+        super().__init__(dataplane)
+        self._inflight = inflight
+
+    async def ModelInfer(
+        self, request: pb.ModelInferRequest, context: Context
+    ) -> pb.ModelInferResponse:
+        task = _register(self._inflight)
+        try:
+            return await super().ModelInfer(request, context)
+        except asyncio.CancelledError:
+            if not self._inflight.cutting:
+                raise  # the client left or its deadline passed: grpc.aio's own cancel
+            await _end_cut(context, request.id or None, request.model_name, "ModelInfer", False)
+        finally:
+            self._inflight.discard(task)
+
+    async def ModelStreamInfer(
+        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        task = _register(self._inflight)
+        models: list[str] = []  # for the log line: the models asked on this stream
+
+        async def noted() -> AsyncIterator[pb.ModelInferRequest]:
+            async for request in request_iterator:
+                if request.model_name not in models:
+                    models.append(request.model_name)
+                yield request
+
+        try:
+            # an async generator function, declared as the iterator grpc needs
+            replies = cast(
+                AsyncGenerator[pb.ModelStreamInferResponse, None],
+                super().ModelStreamInfer(noted(), context),
+            )
+            async with contextlib.aclosing(replies):
+                async for reply in replies:
+                    yield reply
+        except asyncio.CancelledError:
+            if not self._inflight.cutting:
+                raise
+            await _end_cut(context, None, ",".join(models), "ModelStreamInfer", True)
+        finally:
+            self._inflight.discard(task)
+
+
+def _register(inflight: InflightRequests) -> asyncio.Task[object]:
+    # grpc.aio runs each RPC in its own task (grpc/_cython/_cygrpc/aio/server.pyx.pxi,
+    # `_handle_rpc`), the task it cancels when the client cancels.
+    task = asyncio.current_task()
+    assert task is not None  # a grpc.aio handler always runs in a task
+    inflight.add(task)
+    return task
+
+
+async def _end_cut(
+    context: Context, request_id: str | None, model: str, method: str, streaming: bool
+) -> NoReturn:
+    request_id = request_id or _metadata(context, "x-request-id")
+    log_cut(request_id or "", model, _SERVICE + method, streaming)
+    status = status_for(Draining(CUT_MESSAGE), request_id)
+    await context.abort(status.code, status.details, status.trailing_metadata)
+    raise AssertionError("grpc.aio's abort raises")  # pragma: no cover
+
+
+def _metadata(context: Context, key: str) -> str | None:
+    for item_key, value in context.invocation_metadata() or ():
+        if item_key == key:
+            return str(value)
+    return None
