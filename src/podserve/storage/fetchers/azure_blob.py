@@ -285,7 +285,10 @@ def _http_error(where: str, how: str, exc: HttpResponseError) -> StorageError:
             else ""
         )
         return ModelNotFoundAtSource(detail + hint)
-    if status in (401, 403) and how == _ANONYMOUS:
+    # An account that disallows anonymous access (the default for new accounts) answers
+    # anonymous requests 409 PublicAccessNotPermitted (learn.microsoft.com/azure/storage/
+    # blobs/anonymous-read-access-prevent).
+    if (status in (401, 403) and how == _ANONYMOUS) or code == "PublicAccessNotPermitted":
         return SourceAccessDenied(
             f"{detail}: the container does not allow anonymous reads; give the fetch "
             "credentials (a Secret with AZURE_STORAGE_CONNECTION_STRING or "
