@@ -23,7 +23,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, NoReturn, TypeAlias
 
 import grpc
 
@@ -130,10 +130,20 @@ async def _status_on_error(
     except grpc.aio.AbortError:
         raise  # already a status; not ours to translate
     except Exception as exc:  # every error must become a status
-        if not isinstance(exc, PodserveError):
-            logger.exception("unexpected error in gRPC %s (request id %s)", method, request_id)
-        status = status_for(exc, request_id)
-        await context.abort(status.code, status.details, status.trailing_metadata)
+        await _abort(context, exc, method, request_id)
+
+
+async def _abort(
+    context: Context, error: Exception, method: str, request_id: str | None
+) -> NoReturn:
+    """End the RPC with `status_for(error)`; call it from the `except` that caught it."""
+    if not isinstance(error, PodserveError):
+        logger.exception("unexpected error in gRPC %s (request id %s)", method, request_id)
+    status = status_for(error, request_id)
+    await context.abort(status.code, status.details, status.trailing_metadata)
+    # grpc.aio's abort always raises AbortError (`_ServicerContext.abort`,
+    # src/python/grpcio/grpc/_cython/_cygrpc/aio/server.pyx.pxi); this is never reached.
+    raise AssertionError("grpc.aio's context.abort returned")
 
 
 def _call(context: Context, endpoint: str, request_id: str | None) -> CallContext:
@@ -234,29 +244,31 @@ class InferenceServicer(SharedMemoryRpcs):
     async def ModelInfer(
         self, request: pb.ModelInferRequest, context: Context
     ) -> pb.ModelInferResponse:
+        # The per-call path, kept flat (no context manager) because it runs once per
+        # request; where gRPC's time goes is in the module docstring.
         request_id = accept_request_id(request.id or _metadata_value(context, "x-request-id"))
         started = time.perf_counter()
-        error: BaseException | None = None
+        dataplane = self._dataplane
+        code = "200"
         try:
-            async with _status_on_error(context, "ModelInfer", request_id):
-                try:
-                    # a full queue or a drain refuses before the tensors are decoded
-                    self._dataplane.refuse_early(request.model_name, request.model_version or None)
-                    infer_request = decode_infer_request(
-                        request,
-                        request_id=request_id,
-                        shared_memory=self._dataplane.shared_memory,
-                    )
-                    response = await self._dataplane.infer(
-                        infer_request, _call(context, INFER_ENDPOINT, request_id)
-                    )
-                    return encode_infer_response(response, request_id=request_id)
-                except BaseException as exc:  # counted, then mapped to a status
-                    error = exc
-                    raise
+            # a full queue or a drain refuses before the tensors are decoded
+            dataplane.refuse_early(request.model_name, request.model_version or None)
+            infer_request = decode_infer_request(
+                request, request_id=request_id, shared_memory=dataplane.shared_memory
+            )
+            response = await dataplane.infer(
+                infer_request, _call(context, INFER_ENDPOINT, request_id)
+            )
+            return encode_infer_response(response, request_id=request_id)
+        except Exception as exc:  # every error must become a status, counted by its code
+            code = _code(exc)
+            await _abort(context, exc, "ModelInfer", request_id)
+        except BaseException as exc:  # cancelled: the client left or its deadline passed
+            code = _code(exc)
+            raise
         finally:
-            self._dataplane.record_request(
-                request.model_name, INFER_ENDPOINT, _code(error), time.perf_counter() - started
+            dataplane.record_request(
+                request.model_name, INFER_ENDPOINT, code, time.perf_counter() - started
             )
 
     async def ModelStreamInfer(
