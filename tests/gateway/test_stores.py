@@ -203,3 +203,58 @@ async def test_a_restarted_redis_rebuilds_committed_spend(
         r.flushall()
     assert isinstance(await store.reserve(_hold(10, 100, limit_micro=300)), Refusal)
     await store.close()
+
+
+async def test_sqlite_settlements_share_one_transaction(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "gw.db")
+    try:
+        holds = [_hold(10, 100, limit_micro=1000) for _ in range(20)]
+        results = await asyncio.gather(*(store.reserve(h) for h in holds))
+        # Reservations are answered at once, in arrival order: the first four fit.
+        assert [isinstance(r, Grant) for r in results] == [True] * 4 + [False] * 16
+        granted = [h for h, r in zip(holds, results, strict=True) if isinstance(r, Grant)]
+        before = store.transactions
+        settled = await asyncio.gather(*(store.settle(_settle(h, 10, 20)) for h in granted))
+        assert settled == [True] * 4
+        assert store.transactions == before + 1
+        rows = await store.spend(Dimension.KEY)
+        assert [(r.cost_micro, r.requests) for r in rows] == [(4 * 50, 4)]
+    finally:
+        await store.close()
+
+
+async def test_sqlite_reservation_carries_the_queued_settlements(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "gw.db")
+    try:
+        first = _hold(10, 100, limit_micro=300)  # the budget holds one reservation of 210
+        assert isinstance(await store.reserve(first), Grant)
+        before = store.transactions
+        settling = asyncio.create_task(store.settle(_settle(first, 10, 20)))
+        second = asyncio.create_task(store.reserve(_hold(10, 100, limit_micro=300)))
+        # The settlement is queued first; the reservation's transaction writes it, then
+        # reserves against the budget it released (300 - 50 >= 210; 300 - 210 < 210).
+        assert await second == Grant(100, 210, 110)
+        assert await settling
+        assert store.transactions == before + 1
+    finally:
+        await store.close()
+
+
+async def test_sqlite_settlement_cancelled_before_its_batch_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    store = SqliteStore(tmp_path / "gw.db")
+    try:
+        hold = _hold(10, 100, limit_micro=1000)
+        assert isinstance(await store.reserve(hold), Grant)
+        loop = asyncio.get_running_loop()
+        task = asyncio.create_task(store.settle(_settle(hold, 10, 20)))
+        # The task queues its settlement in this turn; the cancel runs before the batch
+        # (the loop's ready queue is FIFO), as a caller's deadline firing would.
+        loop.call_soon(task.cancel)
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await store.spend(Dimension.KEY) == []
+        assert await store.settle(_settle(hold, 10, 20))  # still open: settles now
+    finally:
+        await store.close()

@@ -71,6 +71,8 @@ class Accounting:
         self._wall = wall
         self._mono = monotonic
         self._timeout_s = config.store_timeout_ms / 1000
+        # An in-process store (SQLite) cannot hang on a network: no deadline (sqlite.py).
+        self._in_process = bool(getattr(store, "in_process", False))
         self._keys: dict[str, tuple[KeyRecord, float]] = {}
         self._lookups: dict[str, asyncio.Future[KeyRecord | None]] = {}
         self._settled = asyncio.Event()  # replaced after each settlement: wakes waiters
@@ -85,6 +87,11 @@ class Accounting:
                 self._counters[model] = tokens.TokenizerCount(Path(price.tokenizer))
 
     async def _call(self, op: Awaitable[T]) -> T:
+        if self._in_process:
+            try:
+                return await op
+            except StoreUnavailable as exc:
+                raise StoreDown("the gateway's store is unavailable", retry_after_s=1) from exc
         try:
             async with asyncio.timeout(self._timeout_s):
                 return await op
