@@ -196,3 +196,17 @@ def test_the_kv_cache_size_annotation_is_the_cache_at_the_caps() -> None:
 
 def test_the_usable_fraction_is_vllms_default() -> None:
     assert str(USABLE_FRACTION) == "0.9"
+
+
+def test_the_canary_example_fits_an_a100_40gb_on_both_tracks() -> None:
+    example = next(p for p in EXAMPLES if p.name == "llm-gpu-keda-canary.yaml")
+    service = load_example(example)
+    assert findings(service) == {rule: [] for rule in RULES}
+    # Karpenter's `a100` may be a 40 GB p4d: the 64 sequences it once allowed need 64Gi.
+    old = findings(edit(service, serving={"maxConcurrentSequences": 64}))
+    assert len(old["kv-cache-below-concurrency"]) == 2  # stable and canary
+    assert all(
+        m.startswith("16.0Gi weights + 64.0Gi KV cache for 64 x 8192 tokens exceed the 36.0Gi")
+        and m.endswith(": 20 full-length sequence(s) fit")
+        for m in old["kv-cache-below-concurrency"]
+    )

@@ -284,7 +284,7 @@ def test_statefulset_with_per_replica_cache_claims() -> None:
     }
     assert find(manifests, "Service", "phi-mini-headless")["spec"]["clusterIP"] == "None"
     res = server(sts)["resources"]
-    assert res["limits"]["nvidia.com/mig-1g.10gb"] == "1"
+    assert res["limits"]["nvidia.com/mig-1g.20gb"] == "1"
     assert res["limits"]["memory"] == "18Gi"
     assert res["limits"]["cpu"] == "3"
 

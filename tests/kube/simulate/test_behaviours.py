@@ -109,12 +109,14 @@ def test_recreate_takes_every_replica_down_then_up() -> None:
     assert rollout["max_unavailable_seen"] == 2
 
 
-def _example(name: str, cluster: str, duration: int, *events: str) -> dict[str, Any]:
+def _example(
+    name: str, cluster: str, duration: int, *events: str, rate: float = 2
+) -> dict[str, Any]:
     spec = REPO_ROOT / "examples" / "kube" / name
     docs = manifests_from_text(spec.read_text(), str(spec))
     loaded = load_cluster((REPO_ROOT / "examples" / "clusters" / cluster).read_text())
     options = Options(duration_s=duration, events=tuple(parse_event(e) for e in events))
-    result = Simulation(scenario_from_manifests(docs, None), loaded, constant(2), options).run()
+    result = Simulation(scenario_from_manifests(docs, None), loaded, constant(rate), options).run()
     return build_summary(result, seed=0)
 
 
@@ -126,7 +128,11 @@ def test_statefulset_rolls_one_ordinal_at_a_time() -> None:
 
 
 def test_keda_fallback_when_metrics_fail() -> None:
-    summary = _example("llm-gpu-keda-canary.yaml", "eks.yaml", 1800, "metrics-down@600:300")
+    # Light load keeps the service at its floor (2); fallback (min + 1, currentReplicasIfHigher)
+    # raises it to 3 while the metrics are down.
+    summary = _example(
+        "llm-gpu-keda-canary.yaml", "eks.yaml", 1800, "metrics-down@600:300", rate=0.2
+    )
     reasons = [e["reason"] for e in summary["scale_events"]]
     assert any(r.endswith(": fallback") for r in reasons), reasons
     # The office-hours service is at zero outside its window: since KEDA 2.17 fallback acts

@@ -39,9 +39,11 @@ _SIZE_IN_NAME = re.compile(r"(\d+)\s*GB", re.IGNORECASE)
 # GFD product or GKE accelerator names without the memory in them, nominal GB from NVIDIA's
 # data sheets (GKE's `nvidia-tesla-a100` is the 40 GB A2 standard; providers.md §2). Karpenter
 # reports 22888 MiB for A10G and L4: below the nominal 24, so these never over-report.
+# Karpenter's bare `a100` is either p4d (40 GB) or p4de (80 GB): the smaller one counts, as
+# when a selector allows several devices.
 _KNOWN_GB = {
     "tesla-t4": 16, "nvidia-l4": 24, "l4": 24, "a10g": 24, "nvidia-a10": 24, "a10": 24,
-    "l40s": 48, "nvidia-tesla-a100": 40,
+    "l40s": 48, "nvidia-tesla-a100": 40, "a100": 40,
 }  # fmt: skip
 _KARPENTER_MEMORY = "karpenter.k8s.aws/instance-gpu-memory"
 _GFD_MEMORY = "nvidia.com/gpu.memory"
