@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 import orjson
 
@@ -30,30 +31,32 @@ CUT_MESSAGE = (
 
 
 class InflightRequests:
-    """The tasks running inference handlers, and whether they are being cut."""
+    """The tasks running inference handlers on every edge, and whether they are being
+    cut. A handler is cut by cancelling its task, unless it registered its own way to be
+    told (a gRPC stream between two sends: server/grpc/cut.py)."""
 
     def __init__(self) -> None:
-        self._tasks: set[asyncio.Task[object]] = set()
+        self._tasks: dict[asyncio.Task[object], Callable[[], object]] = {}
         self.cutting = False
 
-    def add(self, task: asyncio.Task[object]) -> None:
-        self._tasks.add(task)
+    def add(self, task: asyncio.Task[object], cut: Callable[[], object] | None = None) -> None:
+        self._tasks[task] = task.cancel if cut is None else cut
 
     def discard(self, task: asyncio.Task[object]) -> None:
-        self._tasks.discard(task)
+        self._tasks.pop(task, None)
 
     def __len__(self) -> int:
         return len(self._tasks)
 
     async def cut(self, timeout_s: float) -> int:
-        """Cancel every in-flight handler and wait (at most `timeout_s`) until each has
+        """Cut every in-flight handler and wait (at most `timeout_s`) until each has
         answered; return how many were cut."""
         self.cutting = True
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
+        tasks = list(self._tasks.items())
+        for _, cut in tasks:
+            cut()
         if tasks:
-            await asyncio.wait(tasks, timeout=timeout_s)
+            await asyncio.wait([task for task, _ in tasks], timeout=timeout_s)
         return len(tasks)
 
 

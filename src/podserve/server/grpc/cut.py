@@ -13,8 +13,9 @@ in the same `InflightRequests` as REST; `InflightRequests.cut()` cancels the tas
 the handler, seeing `cutting`, ends the call UNAVAILABLE with `CUT_MESSAGE`, a
 `retry-after` and the request id in trailing metadata, and logs one line, before the
 runner stops the gRPC server. A streaming call (ModelStreamInfer) ends the same way,
-after the answers it already sent. A call the client cancels, or one that the server's
-stop cancels after a second signal, stays CANCELLED.
+after the answers it already sent (`_StreamPlace` says how it is told). A call the
+client cancels stays CANCELLED; after a second signal the server's stop ends what is
+left (UNAVAILABLE, "Cancelling all calls").
 """
 
 from __future__ import annotations
@@ -56,7 +57,10 @@ class CuttableServicer(InferenceServicer):
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        task = _register(self._inflight)
+        task = asyncio.current_task()
+        assert task is not None  # a grpc.aio handler always runs in a task
+        place = _StreamPlace(task)
+        self._inflight.add(task, place.cut)
         models: list[str] = []  # for the log line: the models asked on this stream
 
         async def noted() -> AsyncIterator[pb.ModelInferRequest]:
@@ -73,13 +77,39 @@ class CuttableServicer(InferenceServicer):
             )
             async with contextlib.aclosing(replies):
                 async for reply in replies:
+                    place.sending = True
                     yield reply
+                    place.sending = False
+                    if place.cut_asked:  # the cut came while grpc was sending `reply`
+                        await _end_cut(context, None, ",".join(models), "ModelStreamInfer", True)
         except asyncio.CancelledError:
             if not self._inflight.cutting:
                 raise
             await _end_cut(context, None, ",".join(models), "ModelStreamInfer", True)
         finally:
             self._inflight.discard(task)
+
+
+class _StreamPlace:
+    """Where a streaming call is when the cut comes. Waiting for its next answer (inside
+    this module's frames): cancel the task, and the CancelledError reaches the handler.
+    At a `yield`, grpc.aio is sending the last answer in its own frames
+    (`_finish_handler_with_stream_responses`), where a CancelledError ends the RPC task
+    with no status at all (the client then saw the server's stop, "Cancelling all
+    calls"): so there, only ask, and the handler ends the call when grpc comes back for
+    the next answer."""
+
+    __slots__ = ("cut_asked", "sending", "task")
+
+    def __init__(self, task: asyncio.Task[object]) -> None:
+        self.task = task
+        self.sending = False
+        self.cut_asked = False
+
+    def cut(self) -> None:
+        self.cut_asked = True
+        if not self.sending:
+            self.task.cancel()
 
 
 def _register(inflight: InflightRequests) -> asyncio.Task[object]:
