@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import http.server
+import ipaddress
+import json
 import re
 import shutil
+import ssl
 import subprocess
 import sys
 import threading
+import urllib.parse
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +64,21 @@ _CREDENTIAL_VARS = (
 )
 
 
-@pytest.fixture(scope="module")
-def azurite() -> Iterator[str]:
+@dataclass
+class _Azurite:
+    proc: subprocess.Popen[str]
+    endpoint: str
+    drain: threading.Thread
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(WAIT_S)
+        self.drain.join(WAIT_S)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+
+def _start_azurite(*extra: str) -> _Azurite:
     binary = shutil.which("azurite-blob")
     if binary is None:
         pytest.skip("azurite-blob is not installed (npm install -g azurite@3; .ci/run does)")
@@ -74,34 +93,35 @@ def azurite() -> Iterator[str]:
             "--disableTelemetry",
             "--skipApiVersionCheck",
             "--silent",
+            *extra,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
     assert proc.stdout is not None
-    base = None
     seen = []
     for line in proc.stdout:  # ends when Azurite exits; it prints its address once up
         seen.append(line)
-        match = re.search(r"listens on (http://\S+)", line)
+        match = re.search(r"listens on (https?://\S+)", line)
         if match:
-            base = match.group(1).rstrip("/")
-            break
-    if base is None:
-        proc.kill()
-        proc.wait(WAIT_S)
-        raise AssertionError(f"azurite did not start: {''.join(seen)}")
-    # Keep reading so that a full pipe never stalls it.
-    drain = threading.Thread(target=proc.stdout.read, daemon=True)
-    drain.start()
+            # Keep reading so that a full pipe never stalls it.
+            drain = threading.Thread(target=proc.stdout.read, daemon=True)
+            drain.start()
+            return _Azurite(proc, f"{match.group(1).rstrip('/')}/{ACCOUNT}", drain)
+    proc.kill()
+    proc.wait(WAIT_S)
+    proc.stdout.close()
+    raise AssertionError(f"azurite did not start: {''.join(seen)}")
+
+
+@pytest.fixture(scope="module")
+def azurite() -> Iterator[str]:
+    server = _start_azurite()
     try:
-        yield f"{base}/{ACCOUNT}"
+        yield server.endpoint
     finally:
-        proc.terminate()
-        proc.wait(WAIT_S)
-        drain.join(WAIT_S)
-        proc.stdout.close()
+        server.stop()
 
 
 def _connection_string(endpoint: str, key: str = KEY) -> str:
@@ -298,3 +318,189 @@ def test_podserve_fetch_cli_reads_azure_blob(container: Any, azurite: str, tmp_p
     _, err = child.communicate(timeout=WAIT_S)
     assert child.returncode == 1, err  # EXIT_OTHER: access denied is not retried
     assert "AuthorizationFailure" in err
+
+
+# -- AKS workload identity, end to end --------------------------------------------------
+# What the webhook injects into a pod labelled azure.workload.identity/use: "true" whose
+# ServiceAccount carries azure.workload.identity/client-id: AZURE_CLIENT_ID, AZURE_TENANT_ID,
+# AZURE_FEDERATED_TOKEN_FILE and AZURE_AUTHORITY_HOST. The fetch trades the token file for an
+# access token at the authority's token endpoint; Azurite, over TLS with `--oauth basic`,
+# checks that token's audience, issuer and lifetime (not its signature). Microsoft Entra
+# cannot run here: a local TLS server answers its token endpoint as Entra does
+# (learn.microsoft.com/entra/identity-platform/v2-oauth2-client-creds-grant-flow, "Third
+# case: Access token request with a federated credential").
+
+TENANT = "72f988bf-86f1-41af-91ab-2d7cd011db47"
+CLIENT_ID = "6c5a2f64-0d6c-4f2a-9b8e-1f7f3c2d9a10"
+
+
+@dataclass
+class _Entra:
+    base: str
+    requests: list[dict[str, str]]
+    refuse: bool = False
+
+
+def _tls_files(directory: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1, trusted by the clients via
+    REQUESTS_CA_BUNDLE (azure-core's transport is requests)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return _tls_files(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture(scope="module")
+def entra(tls: tuple[Path, Path]) -> Iterator[_Entra]:
+    import jwt
+
+    state = _Entra("", [])
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            form = dict(urllib.parse.parse_qsl(self.rfile.read(length).decode()))
+            state.requests.append({"path": self.path, **form})
+            answer: dict[str, object]
+            if state.refuse:
+                status, answer = (
+                    401,
+                    {
+                        "error": "invalid_client",
+                        "error_description": "AADSTS70021: No matching federated identity record "
+                        "found for presented assertion.",
+                    },
+                )
+            else:
+                now = int(datetime.datetime.now(datetime.UTC).timestamp())
+                claims = {
+                    "aud": "https://storage.azure.com",
+                    "iss": f"https://sts.windows.net/{TENANT}/",
+                    "tid": TENANT,
+                    "appid": CLIENT_ID,
+                    "iat": now,
+                    "nbf": now,
+                    "exp": now + 3600,
+                }
+                token = jwt.encode(claims, "not-checked-by-azurite-" * 2, algorithm="HS256")
+                status = 200
+                answer = {"token_type": "Bearer", "expires_in": 3600, "access_token": token}
+            body = json.dumps(answer).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(*tls)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    state.base = f"https://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(WAIT_S)
+
+
+@pytest.fixture(scope="module")
+def azurite_oauth(tls: tuple[Path, Path]) -> Iterator[str]:
+    cert, key = tls
+    server = _start_azurite("--cert", str(cert), "--key", str(key), "--oauth", "basic")
+    try:
+        yield server.endpoint
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def workload_identity(
+    azurite_oauth: str,
+    entra: _Entra,
+    tls: tuple[Path, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> str:
+    for name in _CREDENTIAL_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tls[0]))
+    service = blob.BlobServiceClient(
+        azurite_oauth, credential={"account_name": ACCOUNT, "account_key": KEY}
+    )
+    made = service.create_container(f"w{hashlib.sha256(str(tmp_path).encode()).hexdigest()[:16]}")
+    for rel, data in FILES.items():
+        made.upload_blob(f"llm/v1/{rel}", data)
+    token_file = tmp_path / "azure-identity-token"
+    token_file.write_text("projected-service-account-token")
+    monkeypatch.setenv("AZURE_CLIENT_ID", CLIENT_ID)
+    monkeypatch.setenv("AZURE_TENANT_ID", TENANT)
+    monkeypatch.setenv("AZURE_FEDERATED_TOKEN_FILE", str(token_file))
+    monkeypatch.setenv("AZURE_AUTHORITY_HOST", entra.base)
+    entra.requests.clear()
+    entra.refuse = False
+    return str(made.container_name)
+
+
+def test_workload_identity_reads_what_the_webhook_injects(
+    workload_identity: str, azurite_oauth: str, entra: _Entra, tmp_path: Path
+) -> None:
+    uri = f"{HOST}/{workload_identity}/llm/v1"
+    sources = SourceOptions(azure_blob_endpoint=azurite_oauth)
+    assert _files(_fetch(uri, tmp_path / "c", expected_digest(FILES), sources)) == FILES
+    (request, *_) = entra.requests
+    assert request["path"] == f"/{TENANT}/oauth2/v2.0/token"
+    assert request["client_id"] == CLIENT_ID
+    assert request["client_assertion"] == "projected-service-account-token"
+    assert request["scope"] == "https://storage.azure.com/.default"
+
+
+def test_workload_identity_refused_by_entra_is_access_denied(
+    workload_identity: str, azurite_oauth: str, entra: _Entra, tmp_path: Path
+) -> None:
+    entra.refuse = True
+    uri = f"{HOST}/{workload_identity}/llm/v1"
+    with pytest.raises(SourceAccessDenied, match=r"workload identity.*AADSTS70021"):
+        _fetch(uri, tmp_path / "c", sources=SourceOptions(azure_blob_endpoint=azurite_oauth))
+    # Asked once, up front: not again by each of the storage client's retries.
+    assert len(entra.requests) == 1

@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 
 _WHAT = "Azure Blob URIs (https://<account>.blob.core.windows.net/...)"
 _ANONYMOUS = "no credentials (anonymous)"
+_STORAGE_SCOPE = "https://storage.azure.com/.default"  # what the storage client asks for
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +106,7 @@ class AzureBlobFetcher:
         loc = _Location.of(uri)
         how = "the credentials found"
         try:
-            service, how = self._service(loc, os.environ)
+            service, how = self._service(loc, os.environ, where)
             with service:
                 container = service.get_container_client(loc.container)
                 objects = self._list(container, loc, where)
@@ -127,7 +128,9 @@ class AzureBlobFetcher:
         except ValueError as exc:  # the SDKs' word for a bad setting, e.g. AZURE_AUTHORITY_HOST
             raise StorageError(f"{where}: {how}: {_first_line(exc)}") from exc
 
-    def _service(self, loc: _Location, env: Mapping[str, str]) -> tuple[BlobServiceClient, str]:
+    def _service(
+        self, loc: _Location, env: Mapping[str, str], where: str
+    ) -> tuple[BlobServiceClient, str]:
         try:
             from azure.storage.blob import BlobServiceClient, ExponentialRetry
         except ImportError as exc:
@@ -137,9 +140,10 @@ class AzureBlobFetcher:
         options: dict[str, Any] = {
             "connection_timeout": self._timeout_s,
             "read_timeout": self._timeout_s,
-            # The SDK's default waits 15 s, then 60 s, between tries; the init container
-            # restarts a failed fetch anyway, and a retry resumes it.
-            "retry_policy": ExponentialRetry(initial_backoff=1, increment_base=3, retry_total=3),
+            # The SDK's default waits about 18, 24 and 42 s between tries (initial_backoff
+            # + increment_base ** try: azure/storage/blob/_shared/policies.py); a failed
+            # fetch is restarted by its init container anyway, and resumes: 3, 5 and 9 s.
+            "retry_policy": ExponentialRetry(initial_backoff=1, increment_base=2, retry_total=3),
         }
         connection = env.get("AZURE_STORAGE_CONNECTION_STRING")
         if connection:
@@ -165,6 +169,7 @@ class AzureBlobFetcher:
             how = "the account key (AZURE_STORAGE_KEY)"
         elif env.get("AZURE_CLIENT_ID") or env.get("AZURE_FEDERATED_TOKEN_FILE"):
             credential, how = _token_credential(env)
+            _first_token(credential, how, where)
         return BlobServiceClient(url, credential=credential, **options), how
 
     def _list(self, container: ContainerClient, loc: _Location, where: str) -> list[_Object]:
@@ -228,6 +233,21 @@ class AzureBlobFetcher:
             )
         part.complete()
         progress.file_finished(obj.rel)
+
+
+def _first_token(credential: Any, how: str, where: str) -> None:
+    """Get the token before any storage request. The storage client's retry policy retries
+    every AzureError, a refused token exchange too (azure/storage/blob/_shared/policies.py,
+    StorageRetryPolicy.send): an identity with no federated credential would wait out all
+    its retries before saying so. Once here, the credential caches the token."""
+    from azure.core.exceptions import ClientAuthenticationError
+
+    try:
+        credential.get_token(_STORAGE_SCOPE)
+    except ClientAuthenticationError as exc:
+        raise SourceAccessDenied(
+            f"{where}: {how} could not get a token for Azure Storage: {_first_line(exc)}"
+        ) from exc
 
 
 def _token_credential(env: Mapping[str, str]) -> tuple[Any, str]:
