@@ -220,6 +220,12 @@ async def test_stopping_finishes_and_acknowledges_what_was_claimed(
             assert loop.time() < deadline, "nothing claimed"
             await asyncio.sleep(0.01)
         held = h.consumer.inflight
+        scraped = {
+            s.name: s.value
+            for family in text_string_to_metric_families(h.metrics.exposition().decode())
+            for s in family.samples
+        }
+        assert scraped["podserve_consumer_inflight"] == held  # read at scrape time
         h.consumer.stop()
     # `consuming` waited for run() to return: everything it claimed is answered and acked.
     import redis.asyncio as aioredis
