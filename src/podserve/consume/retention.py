@@ -16,9 +16,11 @@ The results stream is trimmed by every write (the script in streams.py), two way
   "Capped streams": "~ ... is much more efficient ... the stream will have at least N
   entries, possibly a few tens more"). One trim per call, not per result.
 
-Each result's idempotency marker (`<results>:done:<id>`, written with `SET NX`) expires
-`ttl_s` after the result's own entry id (its timestamp, Redis' clock; `PEXPIREAT` moves it
-on when an entry id runs ahead of the clock). So:
+Each result's idempotency marker (`<results>:done:<id>`, written with `SET NX PX ttl`)
+expires no sooner than `ttl_s` after the result's own entry id (its timestamp, Redis'
+clock): when the last result id of a call is past the call's `TIME` (the stream's ids run
+ahead of the clock, or the call crossed a millisecond), `PEXPIREAT` moves every marker of
+the call to a ttl past that id. So:
 
     For a request id whose result was written with entry id t, every later entry with
     the same id (a re-delivery after a crash, a claim of an entry that was slow rather
