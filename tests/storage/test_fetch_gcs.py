@@ -14,6 +14,7 @@ import http.server
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -248,3 +249,138 @@ def test_podserve_fetch_cli_reads_gs(bucket: Any, endpoint: str, tmp_path: Path)
     child = spawn_fetch(f"gs://{bucket.name}/absent", "--cache-dir", cache, env=env)
     _, err = child.communicate(timeout=WAIT_S)
     assert child.returncode == 3, err  # EXIT_NOT_FOUND
+
+
+# -- GKE Workload Identity, through the metadata server -----------------------------------
+# On GKE with Workload Identity, the pod's metadata server (gke-metadata-server) answers the
+# GCE metadata API with tokens for the Google service account that the ServiceAccount's
+# `iam.gke.io/gcp-service-account` names. GKE cannot run here: a local server answers that API
+# as the metadata server does (cloud.google.com/compute/docs/metadata/querying-metadata: the
+# `Metadata-Flavor: Google` request header is required, and answered). google-auth finds it
+# through GCE_METADATA_HOST / GCE_METADATA_IP (google/auth/environment_vars.py), read when it
+# is imported, so `podserve fetch` runs in a child process.
+
+TOKEN = "ya29.workload-identity-token"
+
+
+@dataclass
+class _Metadata:
+    base: str
+    paths: list[str] = field(default_factory=list)
+
+
+@pytest.fixture
+def metadata_server() -> Iterator[_Metadata]:
+    state = _Metadata("")
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            answers: dict[str, object] = {
+                "/": "",
+                "/computeMetadata/v1/instance/service-accounts/default/": {
+                    "email": "fetch@proj.iam.gserviceaccount.com",
+                    "aliases": ["default"],
+                    "scopes": ["https://www.googleapis.com/auth/cloud-platform"],
+                },
+                "/computeMetadata/v1/instance/service-accounts/default/token": {
+                    "access_token": TOKEN,
+                    "expires_in": 3599,
+                    "token_type": "Bearer",
+                },
+                "/computeMetadata/v1/universe/universe-domain": "googleapis.com",
+            }
+            answer = answers.get(path)
+            if self.headers.get("Metadata-Flavor") != "Google":
+                status, body = 403, b"Missing Metadata-Flavor:Google header."
+            elif answer is None:
+                status, body = 404, b"not found"
+            else:
+                state.paths.append(path)
+                status = 200
+                body = answer.encode() if isinstance(answer, str) else orjson.dumps(answer)
+            self.send_response(status)
+            self.send_header("Metadata-Flavor", "Google")
+            # JSON for a directory listing or a token, text for a single value.
+            json_answer = status == 200 and isinstance(answer, dict)
+            self.send_header("Content-Type", "application/json" if json_answer else "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    state.base = f"127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(WAIT_S)
+
+
+def _metadata_env(metadata: _Metadata, tmp_path: Path) -> dict[str, str]:
+    return {
+        "GCE_METADATA_HOST": metadata.base,
+        "GCE_METADATA_IP": metadata.base,
+        "CLOUDSDK_CONFIG": str(tmp_path / "no-gcloud"),  # no application-default file
+        "GOOGLE_APPLICATION_CREDENTIALS": "",
+        "STORAGE_EMULATOR_HOST": "",
+    }
+
+
+def test_workload_identity_token_comes_from_the_metadata_server(
+    bucket: Any, endpoint: str, metadata_server: _Metadata, tmp_path: Path
+) -> None:
+    uri = f"gs://{bucket.name}/llm/v1"
+    child = spawn_fetch(
+        uri,
+        "--digest",
+        expected_digest(FILES),
+        "--gcs-endpoint-url",
+        endpoint,
+        "--cache-dir",
+        str(tmp_path / "c"),
+        env=_metadata_env(metadata_server, tmp_path),
+    )
+    out, err = child.communicate(timeout=WAIT_S)
+    assert child.returncode == 0, err
+    assert (Path(out.strip()) / "weights" / "w.bin").read_bytes() == FILES["weights/w.bin"]
+    assert "/computeMetadata/v1/instance/service-accounts/default/token" in metadata_server.paths
+
+
+def test_workload_identity_token_is_sent_and_a_refusal_named(
+    metadata_server: _Metadata, tmp_path: Path
+) -> None:
+    seen: list[str] = []
+
+    class Recording(_Refusing):
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("Authorization", ""))
+            super().do_GET()
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recording)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        child = spawn_fetch(
+            "gs://private/llm/v1",
+            "--gcs-endpoint-url",
+            f"http://127.0.0.1:{server.server_address[1]}",
+            "--cache-dir",
+            str(tmp_path / "c"),
+            env=_metadata_env(metadata_server, tmp_path),
+        )
+        _, err = child.communicate(timeout=WAIT_S)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(WAIT_S)
+    assert child.returncode == 1, err  # access denied
+    assert "objectViewer" in err
+    assert seen
+    assert seen[0] == f"Bearer {TOKEN}"
