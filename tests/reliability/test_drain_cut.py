@@ -127,3 +127,18 @@ def test_drain_timeout_answers_each_cut_request_and_exits_1(tmp_path: Path) -> N
     text = "".join(server.raw_lines)
     assert "Traceback" not in text
     assert "Exception in ASGI application" not in text
+
+
+def test_sigterm_while_a_model_loads_exits_without_waiting_for_the_load(tmp_path: Path) -> None:
+    """Nothing is in flight, so the drain completes at once; the process must not then
+    wait for the loader thread (asyncio.run's executor join did: the whole load)."""
+    write_model(tmp_path, "big", parameters={"load_delay_s": 600}, warmup=False)
+    with ServerProcess("--model-repository", str(tmp_path), grpc=True) as server:
+        wait_until(lambda: server.get("/startup").json()["loading"] == ["big"], what="loading")
+        server.send_signal(signal.SIGTERM)
+        code = server.wait_exit(timeout_s=60)  # the load would take 600 s
+        server.stop()
+    assert code == 0
+    messages = [r.get("msg") for r in server.logs]
+    assert "drain complete; exiting" in messages
+    assert "Traceback" not in "".join(server.raw_lines)

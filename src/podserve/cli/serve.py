@@ -104,8 +104,6 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import asyncio
-
     from pydantic import ValidationError
 
     from podserve.core.errors import PodserveError
@@ -120,17 +118,12 @@ def _run(args: argparse.Namespace) -> int:
         os.environ["MLFLOW_TRACKING_URI"] = mlflow_uri  # read by storage's MLflow fetcher
     configure_logging(settings.log_format, settings.log_level)
     sys.setswitchinterval(settings.gil_switch_interval_ms / 1000)
-    from podserve.server.exit import exit_process
+    from podserve.server.exit import exit_process, run_server_loop
     from podserve.server.runner import serve
 
     try:
-        import uvloop
-    except ImportError:  # uvloop is optional (no Windows wheels); asyncio works, slower
-        runner = asyncio.run
-    else:
-        runner = uvloop.run
-    try:
-        code = runner(serve(settings))
+        # uvloop when installed; returns without joining threads (server/exit.py)
+        code = run_server_loop(serve(settings))
     except PodserveError as exc:
         print(f"podserve serve: {exc.message}", file=sys.stderr)
         return 2
