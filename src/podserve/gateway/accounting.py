@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from podserve.config.gateway_config import GatewayConfig, OnBudgetShort
 from podserve.gateway import tokens
@@ -78,6 +78,8 @@ class Accounting:
         self._settled = asyncio.Event()  # replaced after each settlement: wakes waiters
         self._local = LocalBudgets(config.fail_open.replicas)
         self._rates: dict[str, Rate] = {}
+        # Store calls that missed their deadline, and the releases of late reservations.
+        self._background: set[asyncio.Future[Any]] = set()
         self._counters: dict[str, tokens.Counter] = {}
         for model, price in config.prices.items():
             self._rates[model] = Rate.per_million_usd(*price.per_million_usd())
@@ -86,20 +88,58 @@ class Accounting:
 
                 self._counters[model] = tokens.TokenizerCount(Path(price.tokenizer))
 
-    async def _call(self, op: Awaitable[T]) -> T:
+    def deadline(self) -> float:
+        """A request's store deadline, on the monotonic clock: the key lookup and the
+        reservation share it, so a slow answer to one does not restart the clock."""
+        return self._mono() + self._timeout_s
+
+    async def _call(
+        self,
+        op: Awaitable[T],
+        deadline: float | None = None,
+        late: Callable[[T], None] | None = None,
+    ) -> T:
+        """`op` under the store deadline (`deadline`, else `storeTimeoutMs` from now).
+
+        The refusal goes out at the deadline, not when the store client has cleaned up:
+        the call runs as its own task, and one that misses the deadline is left to finish
+        in the background (the clients' own socket timeouts end it) while the request is
+        refused. Under `asyncio.timeout` the request waited for the cancelled call to
+        unwind (redis-py disconnecting and returning the connection to its pool,
+        redis/asyncio/client.py execute_command), and the hung-store benchmark saw
+        refusals at 51-67 ms against a 40 ms deadline. `late` gets a result that arrives
+        after the refusal (a reservation the store made after all: released).
+        """
         if self._in_process:
             try:
                 return await op
             except StoreUnavailable as exc:
                 raise StoreDown("the gateway's store is unavailable", retry_after_s=1) from exc
+        left = (self.deadline() if deadline is None else deadline) - self._mono()
+        task = asyncio.ensure_future(op)
         try:
-            async with asyncio.timeout(self._timeout_s):
-                return await op
+            if left > 0:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(left):
+                        return await asyncio.shield(task)
+            if task.done() and not task.cancelled():
+                return task.result()
         except (StoreUnavailable, TimeoutError) as exc:
             raise StoreDown("the gateway's store is unavailable", retry_after_s=1) from exc
+        # Missed the deadline: refuse now; the call finishes (or is cancelled) behind us.
+        if late is None:
+            task.cancel()
+        else:
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        task.add_done_callback(lambda done: _consume(done, late))
+        missed = StoreUnavailable("the store did not answer before the deadline")
+        raise StoreDown("the gateway's store is unavailable", retry_after_s=1) from missed
 
     # --- keys ------------------------------------------------------------------------
-    async def authenticate(self, authorization: str | None) -> KeyRecord:
+    async def authenticate(
+        self, authorization: str | None, deadline: float | None = None
+    ) -> KeyRecord:
         if not authorization or not authorization.lower().startswith("bearer "):
             raise Unauthorized("missing API key: send Authorization: Bearer <key>")
         digest = hash_key(authorization[7:].strip())
@@ -109,7 +149,7 @@ class Accounting:
             record: KeyRecord | None = cached[0]
         else:
             try:
-                record = await self._lookup(digest)
+                record = await self._lookup(digest, deadline)
             except StoreDown:
                 if cached is None or not self._config.fail_open.enabled:
                     raise
@@ -124,12 +164,12 @@ class Accounting:
             raise Unauthorized("API key expired")
         return record
 
-    async def _lookup(self, digest: str) -> KeyRecord | None:
+    async def _lookup(self, digest: str, deadline: float | None = None) -> KeyRecord | None:
         """One store query per key however many requests wait on it (a burst of new
         connections would otherwise queue one lookup each)."""
         pending = self._lookups.get(digest)
         if pending is None:
-            pending = asyncio.ensure_future(self._call(self.store.find_key(digest)))
+            pending = asyncio.ensure_future(self._call(self.store.find_key(digest), deadline))
             self._lookups[digest] = pending
             pending.add_done_callback(lambda _f: self._lookups.pop(digest, None))
         return await asyncio.shield(pending)
@@ -179,7 +219,9 @@ class Accounting:
         )
         return rpm, tpm
 
-    async def admit(self, key: KeyRecord, bill: Billable, request_id: str = "") -> Admission:
+    async def admit(
+        self, key: KeyRecord, bill: Billable, request_id: str = "", deadline: float | None = None
+    ) -> Admission:
         if not key.allows(bill.model):
             raise ModelForbidden(f"this key may not use model '{bill.model}'")
         rate = self.rate(bill.model)
@@ -206,11 +248,14 @@ class Accounting:
             labels=Labels(key.key_id, key.team, key.namespace, bill.model, request_id),
         )
         local = False
-        deadline = self._mono() + self._config.defaults.budget_wait_s
+        wait_until = self._mono() + self._config.defaults.budget_wait_s
         while True:
             settled = self._settled
             try:
-                decision = await self._call(self.store.reserve(hold))
+                decision = await self._call(
+                    self.store.reserve(hold), deadline, lambda late: self._release(hold, late)
+                )
+                deadline = None  # a wait for budget below is not the store's slowness
             except StoreDown:
                 if not self._config.fail_open.enabled:
                     raise
@@ -219,7 +264,7 @@ class Accounting:
             if (
                 not isinstance(decision, Refusal)
                 or not decision.may_fit_later
-                or self._mono() >= deadline
+                or self._mono() >= wait_until
             ):
                 break
             # Outstanding holds will settle at or below their amount: wait for one (here,
@@ -234,6 +279,26 @@ class Accounting:
         assert isinstance(decision, Grant)
         cap = decision.max_tokens // bill.choices if generates else None
         return Admission(hold.reservation_id, key, bill.model, rate, prompt, cap, local, request_id)
+
+    def _release(self, hold: Hold, late: Grant | Refusal) -> None:
+        """A reservation granted after its request was refused (the store answered past
+        the deadline): settle it at zero now rather than let its lease charge it in full."""
+        if not isinstance(late, Grant):
+            return
+        nothing = Settlement(hold.reservation_id, Usage(0, 0), 0, "", Outcome.ERROR, self._wall())
+        task = asyncio.ensure_future(self._call(self.store.settle(nothing)))
+        self._background.add(task)
+        task.add_done_callback(self._released)
+
+    def _released(self, task: asyncio.Future[Any]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("a late reservation could not be released: its lease will charge it")
+
+    async def quiesce(self) -> None:
+        """Wait for late store calls and their releases (shutdown; tests)."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
 
     async def settle(
         self, admission: Admission, usage: Usage, outcome: Outcome, upstream: str
@@ -279,6 +344,15 @@ class Accounting:
             # The reservation stays held; its lease expires and charges it in full.
             log.error("settlement failed: the lease will charge the reservation")
         return cost
+
+
+def _consume(task: asyncio.Future[T], late: Callable[[T], None] | None) -> None:
+    """A store call that missed its deadline ended: hand a result to `late`; retrieve an
+    error so asyncio does not log it as never retrieved."""
+    if task.cancelled() or task.exception() is not None:
+        return
+    if late is not None:
+        late(task.result())
 
 
 def _refusal_message(refusal: Refusal) -> str:

@@ -114,6 +114,9 @@ class Gateway:
                 await self._housekeeping
         await self.scraper.stop()
         await self.forwarder.close()
+        with contextlib.suppress(TimeoutError):  # late store calls end on socket timeouts
+            async with asyncio.timeout(5):
+                await self.accounting.quiesce()
         await self.accounting.store.close()
 
     def asgi(self) -> App:
@@ -202,9 +205,12 @@ class Gateway:
     async def _proxy(self, call: Call, endpoint: Endpoint) -> Reply | None:
         started = time.perf_counter()
         rid = _request_id(call.header(b"x-request-id"))
+        deadline = self.accounting.deadline()  # the store's, over lookup and reservation
         try:
-            key = await self.accounting.authenticate(call.header(b"authorization"))
+            key = await self.accounting.authenticate(call.header(b"authorization"), deadline)
+            reading = time.monotonic()
             raw = await call.body(self.config.max_body_bytes)
+            deadline += time.monotonic() - reading  # the client's upload is not store time
             if endpoint is Endpoint.V2:
                 # OIP bodies are forwarded byte for byte: nothing in them is billed.
                 model = call.params["model"]
@@ -215,7 +221,7 @@ class Gateway:
                 bill = billable(parsed, endpoint)
             if not self.router.knows(bill.model):
                 raise UnknownModel(f"model '{bill.model}' is not served by this gateway")
-            admission = await self.accounting.admit(key, bill, rid)
+            admission = await self.accounting.admit(key, bill, rid, deadline)
         except BadRequest as exc:
             return self._refuse(InvalidRequest(str(exc)), started)
         except GatewayError as exc:

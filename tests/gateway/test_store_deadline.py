@@ -1,0 +1,66 @@
+"""The store deadline with a real hung Redis (the process stopped: connections open, no
+answers): the request is refused while the call is still outstanding, and a reservation
+the store makes after the refusal is released at zero instead of being charged through
+its lease."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+import redis
+
+from podserve.config.gateway_config import load_gateway_config
+from podserve.gateway.accounting import Accounting
+from podserve.gateway.budget import Usage
+from podserve.gateway.errors import StoreDown
+from podserve.gateway.keys import KeyRecord, key_id_of, new_key
+from podserve.gateway.store.base import Dimension, Outcome
+from podserve.gateway.wire import Endpoint, billable
+from tests.gateway.conftest import reset_shared_store
+from tests.gateway.support import redis_server
+
+CONFIG = """
+prices: {m: {inputPerMillionUsd: 1, outputPerMillionUsd: 2}}
+storeTimeoutMs: 50
+"""
+
+
+async def test_a_reservation_made_after_the_refusal_is_released(postgres_dsn: str) -> None:
+    from podserve.gateway.store.redis_postgres import RedisPostgresStore
+
+    with redis_server() as url:
+        reset_shared_store(url, postgres_dsn)
+        # The client's own socket timeout is long: only the gateway's deadline refuses.
+        store = RedisPostgresStore(url, postgres_dsn, timeout_s=30.0)
+        await store.setup()
+        accounting = Accounting(load_gateway_config(CONFIG), store)
+        _, digest = new_key()
+        key = KeyRecord(
+            key_id_of(digest), digest, "t", "ns", (), 10_000, None, None, None, False, time.time()
+        )
+        await store.create_key(key)
+        bill = billable({"model": "m", "prompt": "abc", "max_tokens": 8}, Endpoint.COMPLETIONS)
+        # 3 prompt bytes x 1 + 8 output tokens x 2 = 19 micro-dollars held, then settled.
+        first = await accounting.admit(key, bill)  # also: connections warm, scripts loaded
+        assert await accounting.settle(first, Usage(3, 8), Outcome.OK, "pool") == 19
+        with redis.Redis.from_url(url) as r:
+            pid = int(r.info("server")["process_id"])
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(StoreDown):
+                await accounting.admit(key, bill, "late-one")
+            assert accounting._background  # the reservation call is still outstanding
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        # Redis now runs the queued script: the hold is made, then released at zero.
+        await accounting.quiesce()
+        with redis.Redis.from_url(url) as r:
+            scope = r.hgetall(f"gw:scope:key:{key.key_id}")
+        assert (int(scope[b"c"]), int(scope.get(b"r", 0))) == (19, 0)  # nothing left held
+        await store.drain_ledger()
+        rows = await store.spend(Dimension.KEY)
+        assert [(r.cost_micro, r.requests) for r in rows] == [(19, 2)]  # the late one at 0
+        await store.close()
