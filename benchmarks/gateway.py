@@ -66,6 +66,7 @@ PRICES = {
     }
 }
 PROMPT = "The function returns"
+OVERHEAD = "x-podserve-gateway-overhead-ms"
 
 
 def _str_keys(counts: Counter[int]) -> dict[str, int]:
@@ -1075,21 +1076,33 @@ def phase_retries(work: Path, requests: int) -> dict[str, Any]:
                     )
 
                 def measure() -> dict[str, Any]:
-                    samples, refused = [], 0
-                    for _ in range(50):
-                        started = time.perf_counter()
-                        reply = http.post(
-                            "/v2/models/iris/infer",
-                            content=harness.iris_body(1),
-                            headers=headers,
-                        )
-                        samples.append(time.perf_counter() - started)
-                        refused += reply.status_code == 503 and "retry-after" in reply.headers
+                    """Client-side time to the 503, the gateway's own (its overhead
+                    header: request in to reply out), and the machine's load meanwhile:
+                    on a saturated box the gap between the two is waiting for a core."""
+                    samples, own, refused = [], [], 0
+                    meter = CpuMeter({"gateway": gw.proc.pid} if gw.proc else {})
+                    with meter.measure():
+                        for _ in range(50):
+                            started = time.perf_counter()
+                            reply = http.post(
+                                "/v2/models/iris/infer",
+                                content=harness.iris_body(1),
+                                headers=headers,
+                            )
+                            samples.append(time.perf_counter() - started)
+                            refused += reply.status_code == 503 and "retry-after" in reply.headers
+                            with contextlib.suppress(KeyError, ValueError):
+                                own.append(float(reply.headers[OVERHEAD]) / 1000)
                     return {
                         "requests": 50,
                         "503_with_retry_after": refused,
                         "p50_ms": pct(samples, 50),
+                        "p99_ms": pct(samples, 99),
                         "max_ms": round(max(samples) * 1000, 2),
+                        "over_50ms": sum(1 for v in samples if v > 0.05),
+                        "gateway_own_p50_ms": pct(own, 50),
+                        "gateway_own_max_ms": round(max(own) * 1000, 2) if own else None,
+                        "machine": meter.machine(),
                     }
 
                 # A hung store (the process stopped: connections open, no answers), then a

@@ -74,8 +74,11 @@ class _Rebuilding(StoreUnavailable):
 
 class RedisPostgresStore:
     def __init__(self, redis_url: str, postgres_dsn: str, timeout_s: float = 0.05) -> None:
-        # Short socket timeouts: a store that does not answer must fail the request closed
-        # within the 50 ms the contract promises, not after the client's default minutes.
+        # Socket timeouts end a call to a store that stopped answering (the client's
+        # default is none). The request itself is refused at its own deadline by the
+        # caller (accounting._call), so these need not be as short: open_store gives them
+        # at least 0.5 s, so a loaded but live Redis is not disconnected on every slow
+        # reply, nor the gateway's startup failed by one.
         self._redis = aioredis.Redis.from_url(
             redis_url,
             socket_timeout=timeout_s,
