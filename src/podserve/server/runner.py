@@ -150,4 +150,7 @@ async def serve(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
         await dataplane.close()
+    # The last line before the process leaves (server/exit.py); what follows it is the
+    # log flush, os._exit and the kernel releasing the memory (benchmarks/exit_tail.py).
+    log.info("server stopped", extra={"exit_code": exit_code})
     return exit_code

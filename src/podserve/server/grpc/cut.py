@@ -1,21 +1,25 @@
 """gRPC inference calls that the drain timeout cuts end UNAVAILABLE (issue 15).
 
 The REST edge answers a cut request a JSON 503 (server/cut.py). Before this, a cut gRPC
-call was cancelled when the server stopped, and its client saw CANCELLED, a code that
-gRPC clients and proxies do not retry: gRPC's status code guide
-(https://grpc.github.io/grpc/core/md_doc_statuscodes.html) lists UNAVAILABLE as "most
-likely a transient condition, which can be corrected by retrying", and Envoy's
-`retry_on: unavailable` and gRPC's own retry policy (`retryableStatusCodes`, gRFC A6,
-https://github.com/grpc/proposal/blob/master/A6-client-retries.md) retry exactly that
-code. Triton answers a server that is shutting down UNAVAILABLE too (core
-src/server.cc: "Server is stopping"). So the inference RPCs register their handler task
-in the same `InflightRequests` as REST; `InflightRequests.cut()` cancels the task, and
-the handler, seeing `cutting`, ends the call UNAVAILABLE with `CUT_MESSAGE`, a
-`retry-after` and the request id in trailing metadata, and logs one line, before the
-runner stops the gRPC server. A streaming call (ModelStreamInfer) ends the same way,
-after the answers it already sent (`_StreamPlace` says how it is told). A call the
-client cancels stays CANCELLED; after a second signal the server's stop ends what is
-left (UNAVAILABLE, "Cancelling all calls").
+call simply ended when the gRPC server stopped: CANCELLED in the issue's runs (issue
+15), UNAVAILABLE "Cancelling all calls" with grpcio 1.85 here; either way with no word
+of the drain, no `retry-after`, no request id and no log line. UNAVAILABLE is the code
+to end it with: gRPC's status code guide
+(https://grpc.github.io/grpc/core/md_doc_statuscodes.html) calls it "most likely a
+transient condition, which can be corrected by retrying with a backoff", gRPC's retry
+policy (`retryableStatusCodes`, gRFC A6,
+https://github.com/grpc/proposal/blob/master/A6-client-retries.md) and Envoy's
+`retry_on: unavailable` retry it, CANCELLED is retried by neither, and Triton answers
+UNAVAILABLE ("Server not ready") to inference it will not run because it is stopping
+(core src/server.cc, `InferenceServer::InferAsync`).
+
+So the inference RPCs register their handler task in the same `InflightRequests` as
+REST; `InflightRequests.cut()` cancels the task, and the handler, seeing `cutting`,
+ends the call UNAVAILABLE with `CUT_MESSAGE`, a `retry-after` and the request id in
+trailing metadata, and logs one line, before the runner stops the gRPC server. A
+streaming call (ModelStreamInfer) ends the same way, after the answers it already sent
+(`_StreamPlace` says how it is told). A call the client cancels stays CANCELLED; after a
+second signal the server's stop ends what is left ("Cancelling all calls").
 """
 
 from __future__ import annotations
