@@ -12,6 +12,30 @@ goes to the data plane in `CallContext.client_timeout_s`, and the data plane com
 request's deadline from it together with Triton's `timeout` parameter and the model's
 and server's defaults, exactly as for REST; a request whose deadline passes while queued
 is never computed.
+
+Why this edge is slower than REST (issue 16; measured on the shared 2-core machine with
+benchmarks/table.py, which reports the server's CPU per request apart from the client's):
+- The time is grpc.aio's, not this module's. A trivial grpc.aio echo handler (bytes in
+  and out, no protobuf) costs 110-240 us of server CPU per unary RPC here; podserve's
+  whole REST request for W1 (HTTP, JSON, admission, batching, the model, metrics) costs
+  125-175 us at concurrency 64. Each unary RPC is four completion-queue batches, each
+  handed from grpc's poller thread to the event loop through a socketpair byte
+  (`PollerCompletionQueue`, src/python/grpcio/grpc/_cython/_cygrpc/aio/
+  completion_queue.pyx.pxi), plus two asyncio tasks per RPC (`_schedule_rpc_coro`,
+  .../aio/server.pyx.pxi). perf: 46% of the server's samples in libpython (grpc's Cython
+  coroutines and asyncio objects), 25% in the kernel switching between the poller,
+  event_engine threads and the loop; cygrpc's own code 6-9%. py-spy: about 5% of the
+  event loop's samples are in this servicer.
+- The second cost follows from the first: RPCs reach the data plane one loop iteration
+  apart, the model thread is idle each time one arrives, and the work-conserving batcher
+  runs it alone. W1 at concurrency 64: 1.2-2.4 rows per model call over gRPC against
+  17-19 over REST, and 0.43-0.47 ms of server CPU per request against 0.13-0.17 ms.
+  Deferring the dispatch by a loop iteration (tried outside the tree) still gave 1.4.
+- Tried without effect beyond the noise: GRPC_POLL_STRATEGY=poll or epoll1; the sync
+  `grpc.server` (78-134 us per echo RPC, too little saved to pay a thread hop back into
+  the loop per request).
+- What was ours is trimmed: ModelInfer runs flat (no context manager per call) and the
+  codec reads each protobuf field once and skips empty maps, 33 -> 15 us per W1 decode.
 """
 
 from __future__ import annotations
