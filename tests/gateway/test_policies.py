@@ -24,7 +24,7 @@ from podserve.gateway.budget import (
 from podserve.gateway.limits import window_at
 from podserve.gateway.money import Rate, usd_to_micro
 from podserve.gateway.retry_budget import RetryBudget
-from podserve.gateway.routing import EndpointLoad, Router
+from podserve.gateway.routing import EndpointLoad, Router, Target
 from podserve.gateway.scrape import parse_load
 from podserve.gateway.sse import EventRelay
 
@@ -282,3 +282,39 @@ def test_relay_passes_on_what_is_not_an_event_stream() -> None:
     assert relay.feed(blob) == b""
     assert relay.feed(b"y") == blob + b"y"  # past 1 MiB without an event end: passed on
     assert relay.tally.usage is None
+
+
+def test_the_gateways_own_requests_count_once_between_and_after_scrapes() -> None:
+    """Skew: 16 requests on a, 4 on b from elsewhere. The gateway's next 8 all belong on
+    b (4 + 8 = 12 < 16), before a scrape has seen them and after one has."""
+    router = _router()
+    router.update_load("http://a", EndpointLoad(ready=True, running=16))
+    router.update_load("http://b", EndpointLoad(ready=True, running=4))
+    router.update_load("http://c", EndpointLoad(ready=False))
+    sent = []
+    for _ in range(8):
+        target = router.plan("m", 0.0)[0]
+        router.on_start(target, 0.0)
+        sent.append(target.base_url)
+    assert sent == ["http://b"] * 8
+    assert router.queue("http://b") == 12
+    # The next scrape sees the 8 in b's running batch: still 12, not 12 + 8 in flight.
+    router.update_load("http://b", EndpointLoad(ready=True, running=12))
+    assert router.queue("http://b") == 12
+    assert router.plan("m", 0.0)[0].base_url == "http://b"
+    # Two of them finish before the next scrape: b's queue drops at once.
+    done = Target("stable", "http://b", hosted=False)
+    router.on_finish(done, True, 0.0)
+    router.on_finish(done, True, 0.0)
+    assert router.queue("http://b") == 10
+
+
+def test_kv_usage_does_not_outweigh_a_queue_difference() -> None:
+    """GIE's KV-cache scorer is absolute: a 0.01 difference in usage must not tie a pod
+    with 4 more requests queued (min-max normalising both made it a coin toss)."""
+    router = _router()
+    router.update_load("http://a", EndpointLoad(ready=True, running=16, kv_usage=0.10))
+    router.update_load("http://b", EndpointLoad(ready=True, running=12, kv_usage=0.11))
+    router.update_load("http://c", EndpointLoad(ready=False))
+    # (The canary's picks find it down and overflow into this pool: b first there too.)
+    assert [router.plan("m", 0.0)[0].base_url for _ in range(40)] == ["http://b"] * 40

@@ -1,12 +1,21 @@
 """Endpoint choice: weighted split between pools, the least loaded ready pod in a pool,
 hosted fallbacks last. Pure: loads arrive from the scraper, time is an argument.
 
-Scoring follows the Gateway API Inference Extension's endpoint picker (its queue and
-KV-cache scorers, each normalised across the candidate pods and summed,
-kubernetes-sigs/gateway-api-inference-extension pkg/epp/scheduling/framework/plugins/scorer):
-a pod's queue is `waiting + running` from its last scrape plus the requests this gateway
-sent it since (scrapes are up to one interval stale, and a burst would otherwise all land on
-the pod that looked idle). A pod is skipped when its /ready failed, its breaker is open, or
+Scoring follows the Gateway API Inference Extension's endpoint picker
+(kubernetes-sigs/gateway-api-inference-extension pkg/epp/scheduling/framework/plugins/scorer):
+its queue scorer, normalised across the candidate pods ((max - q) / (max - min)), plus its
+KV-cache scorer, which is absolute (1 - usage), not normalised: normalising it too made a
+0.01 difference in KV usage weigh as much as the whole queue difference, and with two pods
+a pod with 4 more requests queued could tie and get half the picks.
+
+A pod's queue is `waiting + running` from its last scrape, corrected by what this gateway
+knows now: the requests it has in flight there minus those it had when that scrape came
+in. Scrapes are up to one interval stale, and a burst would otherwise all land on the pod
+that looked idle; and adding the whole in-flight count on top of the scrape (as this did
+before) counted the gateway's own requests twice, once in the pod's `running` and once
+here, so under skew the gateway kept sending to the loaded pod (with 16 side requests on
+one pod and 4 on the other, about 1 in 8 of its requests instead of none), and those
+requests set its p99. A pod is skipped when its /ready failed, its breaker is open, or
 its waiting count is over the pool's `maxWaiting` (saturated). A saturated pool's request
 goes to the fallbacks in order, or, with none, to its least loaded pod (its own queue
 decides); only a pool with no ready pod spills into the other pools (see `plan`).
@@ -74,6 +83,7 @@ class Router:
         self._pool_of = {ep.rstrip("/"): p.name for p in config.pools for ep in p.endpoints}
         self._loads: dict[str, EndpointLoad] = {}
         self._inflight: dict[str, int] = {}
+        self._inflight_at_scrape: dict[str, int] = {}
         r = config.routing
         self._breakers: dict[str, Breaker] = {}
         self._breaker_args = (r.breaker_failures, r.breaker_open_s)
@@ -84,7 +94,19 @@ class Router:
         return sorted(self._pool_of)
 
     def update_load(self, endpoint: str, load: EndpointLoad) -> None:
+        """A scrape's answer, which counts the requests this gateway had in flight then."""
         self._loads[endpoint] = load
+        self._inflight_at_scrape[endpoint] = self._inflight.get(endpoint, 0)
+
+    def queue(self, endpoint: str) -> float:
+        """The pod's queue now: its last scrape, plus what this gateway sent it since,
+        minus what of its own finished since; never below what it has in flight there."""
+        load = self._loads.get(endpoint)
+        inflight = self._inflight.get(endpoint, 0)
+        if load is None:
+            return float(inflight)
+        since = inflight - self._inflight_at_scrape.get(endpoint, 0)
+        return max(float(inflight), load.waiting + load.running + since)
 
     def breaker(self, key: str) -> Breaker:
         found = self._breakers.get(key)
@@ -157,12 +179,11 @@ class Router:
                 continue
             if not self.breaker(ep).allows(now_s):
                 continue
-            queue = load.waiting + load.running + self._inflight.get(ep, 0)
-            eligible.append((ep, queue, load.kv_usage))
+            eligible.append((ep, self.queue(ep), load.kv_usage))
         if not eligible:
             return []
         queue_scores = _normalised([q for _, q, _ in eligible])
-        kv_scores = _normalised([kv for _, _, kv in eligible])
+        kv_scores = [min(1.0, max(0.0, kv)) for _, _, kv in eligible]
         pool.rotation += 1
         n = len(eligible)
         # Lower is better; ties go to the next pod in rotation, not always the first.

@@ -5,7 +5,8 @@ parsed whole (a podserve pod exports hundreds of histogram lines; the endpoint p
 every 50 ms, and so may we). Names: vLLM's `vllm:num_requests_waiting`,
 `vllm:num_requests_running` and `vllm:kv_cache_usage_perc` (a 0-1 fraction despite the
 name, vllm/v1/metrics/loggers.py), and podserve's `podserve_queue_depth` (batched models'
-queue, src/podserve/obs/metrics.py). Series summed over a pod's models.
+queue, src/podserve/obs/metrics.py). Series summed over a pod's models; a model's waiting
+is the larger of its two waiting series (podserve may report the same requests in both).
 """
 
 from __future__ import annotations
@@ -26,7 +27,11 @@ MISSES_BEFORE_DOWN = 3
 
 
 def parse_load(text: str, ready: bool) -> EndpointLoad:
-    waiting = running = kv = 0.0
+    # Per model, waiting is the larger of vLLM's waiting and podserve's queue depth: a
+    # generative model may report both for the same requests, which must not count twice.
+    waiting_by: dict[str, float] = {}
+    depth_by: dict[str, float] = {}
+    running = kv = 0.0
     for line in text.splitlines():
         if not line or line[0] == "#":
             continue
@@ -48,13 +53,30 @@ def parse_load(text: str, ready: bool) -> EndpointLoad:
             continue
         if math.isnan(value):
             continue
-        if name in _WAITING:
-            waiting += value
+        if name == _WAITING[0]:
+            model = _model_of(line)
+            waiting_by[model] = waiting_by.get(model, 0.0) + value
+        elif name == _WAITING[1]:
+            model = _model_of(line)
+            depth_by[model] = depth_by.get(model, 0.0) + value
         elif name in _RUNNING:
             running += value
         else:
             kv = max(kv, value)
+    waiting = sum(
+        max(waiting_by.get(m, 0.0), depth_by.get(m, 0.0)) for m in waiting_by.keys() | depth_by
+    )
     return EndpointLoad(ready=ready, waiting=waiting, running=running, kv_usage=kv)
+
+
+def _model_of(line: str) -> str:
+    """The `model_name` (vLLM) or `model` (podserve) label's value, or ""."""
+    for label in ('model_name="', 'model="'):
+        start = line.find(label)
+        if start >= 0:
+            start += len(label)
+            return line[start : line.find('"', start)]
+    return ""
 
 
 async def _get(session: aiohttp.ClientSession, url: str) -> tuple[int, str]:
