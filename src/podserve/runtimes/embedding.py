@@ -60,6 +60,16 @@ class SentenceEmbeddingModel(ModelAPI):
         # torch's default (one thread per core) stays: served W2 at concurrency 64 did
         # better with it than with one thread on a shared 2-core machine (issue 16,
         # docs/benchmarks.md), unlike scikit-learn's BLAS (runtimes/cpus.py).
+        # Where W2's time at concurrency 1 goes, measured by CPU time (benchmarks/table.py
+        # reports it per request, with the raw model in the same rounds): the served
+        # request costs 1.04-1.52x (median 1.10-1.28x) the CPU of the same call in a
+        # process of its own; py-spy puts 87% of the model thread in BertModel.forward and
+        # under 1% in tokenization, and the event loop's share (HTTP, JSON, the hand-off)
+        # is about 0.7 ms a request. Neither spinning nor thread count is the overhead:
+        # OMP_WAIT_POLICY=PASSIVE changed CPU per request by 1.05x and one thread by
+        # 0.96x. One thread did double the p50 (30 against 14 ms, load average 20): on a
+        # busy machine the scheduler shares CPU per thread, so latency follows how many
+        # runnable threads a process has, not its work.
         if params.num_threads:
             torch.set_num_threads(params.num_threads)
         directory = _model_dir(context.directory, params)
