@@ -959,18 +959,32 @@ def phase_canary(work: Path, requests: int) -> dict[str, Any]:
 
 
 # --- routing --------------------------------------------------------------------------
-def phase_routing(work: Path, seconds: float) -> dict[str, Any]:
+def _pod_requests(url: str) -> float:
+    """Completions a pod has answered (its podserve_requests_total), for the split."""
+    total = 0.0
+    for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
+        if line.startswith("podserve_requests_total{") and "tiny-lm" in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def phase_routing(work: Path, seconds: float, rounds: int = 3) -> dict[str, Any]:
+    """Two tiny-lm pods, side clients putting 16 requests on a and 4 on b (4x the load),
+    8 clients through the gateway. Round-robin and least-loaded gateways run alternately
+    (`rounds` times each, the side load restarted for each) so the machine's drift lands
+    on both; each round reports p50/p99 and how the gateway split its requests."""
     a = pod("ra", work, f"tiny-lm={TINY}").start()
     b = pod("rb", work, f"tiny-lm={TINY}").start()
     a.wait_ready()
     b.wait_ready()
-    out: dict[str, Any] = {}
     body = json.dumps(
         {"model": "tiny-lm", "prompt": PROMPT, "max_tokens": 16, "ignore_eos": True}
     ).encode()
+    gateways: dict[str, Gateway] = {}
+    out: dict[str, Any] = {"rounds": []}
     try:
         for policy in ("round-robin", "least-loaded"):
-            gw = Gateway(
+            gateways[policy] = Gateway(
                 {
                     "store": {"kind": "sqlite", "path": f"r-{policy}.db"},
                     "pools": [{"name": "pods", "models": ["tiny-lm"], "endpoints": [a.url, b.url]}],
@@ -979,24 +993,47 @@ def phase_routing(work: Path, seconds: float) -> dict[str, Any]:
                 work,
                 f"route-{policy}",
             ).start()
-            try:
-                key = {"authorization": f"Bearer {gw.key()}"}
+        keys = {p: {"authorization": f"Bearer {g.key()}"} for p, g in gateways.items()}
 
-                async def both(url: str, key: dict[str, str]) -> dict[str, Any]:
-                    side_a = closed_loop(a.url, "/v1/completions", body, 16, seconds)
-                    side_b = closed_loop(b.url, "/v1/completions", body, 4, seconds)
-                    measured = closed_loop(url, "/v1/completions", body, 8, seconds, key)
-                    results = await asyncio.gather(side_a, side_b, measured)
-                    return results[2]
+        async def skewed(url: str, key: dict[str, str]) -> dict[str, Any]:
+            warm = 1.0  # the side load reaches its steady batch sizes first
+            side_a = closed_loop(a.url, "/v1/completions", body, 16, seconds + warm)
+            side_b = closed_loop(b.url, "/v1/completions", body, 4, seconds + warm)
 
-                out[policy] = asyncio.run(both(gw.url, key))
-            finally:
-                gw.stop()
+            async def measured() -> dict[str, Any]:
+                await asyncio.sleep(warm)  # a warm-up period, not synchronisation
+                return await closed_loop(url, "/v1/completions", body, 8, seconds, key)
+
+            sa, sb, m = await asyncio.gather(side_a, side_b, measured())
+            m["side_requests"] = {"a": sa["requests"], "b": sb["requests"]}
+            return m
+
+        for r in range(rounds):
+            row: dict[str, Any] = {}
+            order = (
+                ("round-robin", "least-loaded") if r % 2 == 0 else ("least-loaded", "round-robin")
+            )
+            for policy in order:
+                before = (_pod_requests(a.url), _pod_requests(b.url))
+                m = asyncio.run(skewed(gateways[policy].url, keys[policy]))
+                after = (_pod_requests(a.url), _pod_requests(b.url))
+                to_a = after[0] - before[0] - m["side_requests"]["a"]
+                to_b = after[1] - before[1] - m["side_requests"]["b"]
+                m["gateway_share_to_loaded_pod"] = round(to_a / max(1.0, to_a + to_b), 3)
+                row[policy] = m
+            rr, ll = row["round-robin"]["p99_ms"], row["least-loaded"]["p99_ms"]
+            row["p99_ratio_least_loaded_over_round_robin"] = (
+                round(ll / rr, 3) if rr and ll else None
+            )
+            rr50, ll50 = row["round-robin"]["p50_ms"], row["least-loaded"]["p50_ms"]
+            row["p50_ratio"] = round(ll50 / rr50, 3) if rr50 and ll50 else None
+            out["rounds"].append(row)
     finally:
+        for g in gateways.values():
+            g.stop()
         a.stop()
         b.stop()
-    rr, ll = out["round-robin"]["p99_ms"], out["least-loaded"]["p99_ms"]
-    out["p99_ratio_least_loaded_over_round_robin"] = round(ll / rr, 3) if rr and ll else None
+    out["p99_ratios"] = [row["p99_ratio_least_loaded_over_round_robin"] for row in out["rounds"]]
     return out
 
 
