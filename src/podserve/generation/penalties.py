@@ -65,8 +65,9 @@ class Penalised(Protocol):
 class TokenCounts:
     """The generated-token counts of one engine's penalised sequences.
 
-    Only the engine's step thread (under the engine's lock) calls it; a row is taken at a
-    sequence's first penalised step and given back by `release`."""
+    The engine calls it under its lock (the step thread samples; an abort on another
+    thread releases). A row is taken at a sequence's first penalised step and given back
+    by `release`."""
 
     __slots__ = ("_counts", "_free")
 
@@ -89,16 +90,20 @@ class TokenCounts:
 
         if not positions:
             return
-        rows = torch.tensor([self._row(o, logits) for o in owners])
-        where = torch.tensor(positions)
-        picked = logits[where]
+        device = logits.device
+        rows = torch.tensor([self._row(o, logits) for o in owners], device=device)
+        every_row = len(positions) == logits.shape[0]
+        where = None if every_row else torch.tensor(positions, device=device)
+        # every row penalised: in place; otherwise a gather of those rows and a put back
+        picked = logits if where is None else logits[where]
         apply_penalties(
             picked,
             self._tensor()[rows],
-            torch.tensor([o.presence_penalty for o in owners], dtype=logits.dtype),
-            torch.tensor([o.frequency_penalty for o in owners], dtype=logits.dtype),
+            torch.tensor([o.presence_penalty for o in owners], dtype=logits.dtype, device=device),
+            torch.tensor([o.frequency_penalty for o in owners], dtype=logits.dtype, device=device),
         )
-        logits[where] = picked
+        if where is not None:
+            logits[where] = picked
 
     def record(self, owners: Sequence[Penalised], tokens: Sequence[int]) -> None:
         """Count each owner's sampled token: one `index_put_` for the whole step."""
@@ -106,10 +111,12 @@ class TokenCounts:
 
         if not owners:
             return
-        rows = torch.tensor([self._held_row(o) for o in owners])
-        ids = torch.tensor(list(tokens))
         counts = self._tensor()
-        counts.index_put_((rows, ids), torch.ones(len(owners), dtype=counts.dtype), accumulate=True)
+        device = counts.device
+        rows = torch.tensor([self._held_row(o) for o in owners], device=device)
+        ids = torch.tensor(list(tokens), device=device)
+        ones = torch.ones(len(owners), dtype=counts.dtype, device=device)
+        counts.index_put_((rows, ids), ones, accumulate=True)
 
     def release(self, owner: Penalised) -> None:
         """The sequence ended: its row is free (zeroed when it is taken again)."""
