@@ -17,9 +17,13 @@ polling sleeps up to 50 ms. The tail is split with the server's own log timestam
     stopped_to_gone_s              log flush, os._exit, and the kernel releasing the
                                    process (its memory: grows with the resident set)
 
-Each run also records the resident set and thread count at SIGTERM and the machine's
-1-minute load average (the dev machine is shared; a loaded machine stretches every
-part). Results: stdout and benchmarks/results/exit-tail-<timestamp>.json.
+Each run also records the resident set (and its anonymous part) and thread count at
+SIGTERM and the machine's 1-minute load average (the dev machine is shared; a loaded
+machine stretches every part), and, right after, the same SIGTERM -> gone for a bare
+Python process holding as much touched anonymous memory and leaving with `os._exit`
+from its SIGTERM handler: the floor the kernel sets on this machine at this moment
+(`bare_floor_s`; `over_floor` is the server's time over it). Results: stdout and
+benchmarks/results/exit-tail-<timestamp>.json.
 """
 
 from __future__ import annotations
@@ -28,8 +32,10 @@ import argparse
 import datetime as dt
 import os
 import select
+import signal
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -51,6 +57,45 @@ def idle_connections(port: int, count: int) -> list[socket.socket]:
         sock.recv(65536)
         sockets.append(sock)
     return sockets
+
+
+def anonymous_mb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Anonymous:"):
+            return int(line.split()[1]) // 1024
+    raise RuntimeError(f"no Anonymous in smaps_rollup of {pid}")
+
+
+_BARE = """
+import os, signal, sys
+held = bytearray({mb} << 20)  # zero-filled, so every page is touched
+signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+sys.stdout.write("ready\\n")
+sys.stdout.flush()
+signal.pause()
+"""
+
+
+def bare_exit_s(mb: int) -> float:
+    """SIGTERM -> gone for a bare Python process holding `mb` of anonymous memory."""
+    proc = subprocess.Popen([sys.executable, "-c", _BARE.format(mb=mb)], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        if proc.stdout.readline() != b"ready\n":
+            raise RuntimeError("the bare process did not start")
+        pidfd = os.pidfd_open(proc.pid)
+        try:
+            start = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            select.select([pidfd], [], [], 60)
+            return round(time.monotonic() - start, 3)
+        finally:
+            os.close(pidfd)
+    finally:
+        proc.kill()
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def _log_wall_s(records: list[dict[str, Any]], message: str) -> float | None:
@@ -75,6 +120,7 @@ def one_run(repo: Path, log_dir: Path, index: int, idle: int) -> dict[str, Any]:
         channel = grpc.insecure_channel(f"127.0.0.1:{replica.grpc_port}")
         grpc.channel_ready_future(channel).result(timeout=30)
         rss_mb = harness.rss_bytes(replica.pid) / 2**20
+        anon_mb = anonymous_mb(replica.pid)
         threads = len(os.listdir(f"/proc/{replica.pid}/task"))
         load_1m = os.getloadavg()[0]
         pidfd = os.pidfd_open(replica.pid)
@@ -97,14 +143,19 @@ def one_run(repo: Path, log_dir: Path, index: int, idle: int) -> dict[str, Any]:
     records = replica.log_records()
     drained_s = _log_wall_s(records, "drain complete; exiting")
     stopped_s = _log_wall_s(records, "server stopped")
+    exit_s = round(gone_wall_s - replica.sigterm_wall_s, 3)
+    floor_s = bare_exit_s(anon_mb)
     return {
         "exit_code": code,
-        "sigterm_to_exit_s": round(gone_wall_s - replica.sigterm_wall_s, 3),
+        "sigterm_to_exit_s": exit_s,
+        "bare_floor_s": floor_s,
+        "over_floor_s": round(exit_s - floor_s, 3),
         "drain_complete_to_exit_s": _gap(drained_s, gone_wall_s),
         "sigterm_to_drain_complete_s": _gap(replica.sigterm_wall_s, drained_s),
         "drain_complete_to_stopped_s": _gap(drained_s, stopped_s),
         "stopped_to_gone_s": _gap(stopped_s, gone_wall_s),
         "rss_mb": round(rss_mb),
+        "anonymous_mb": anon_mb,
         "threads": threads,
         "load_1m": round(load_1m, 2),
     }
@@ -131,6 +182,8 @@ def main() -> int:
         "sigterm_to_exit_s_max": max(exits),
         "drain_complete_to_exit_s_median": statistics.median(after_drain) if after_drain else None,
         "stopped_to_gone_s_median": statistics.median(kernel) if kernel else None,
+        "bare_floor_s_median": statistics.median(r["bare_floor_s"] for r in runs),
+        "over_floor_s_median": statistics.median(r["over_floor_s"] for r in runs),
     }
     for run in runs:
         print(run)
@@ -138,7 +191,9 @@ def main() -> int:
         f"SIGTERM -> exit: median {report['sigterm_to_exit_s_median']} s, "
         f"max {report['sigterm_to_exit_s_max']} s; drain complete -> exit: median "
         f"{report['drain_complete_to_exit_s_median']} s, of which after 'server stopped' "
-        f"(flush, os._exit, the kernel releasing memory): {report['stopped_to_gone_s_median']} s"
+        f"(flush, os._exit, the kernel releasing memory): {report['stopped_to_gone_s_median']} s; "
+        f"a bare process with the same anonymous memory: median {report['bare_floor_s_median']} s"
+        f" (server over it: median {report['over_floor_s_median']} s)"
     )
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     harness.write_report(harness.RESULTS / f"exit-tail-{stamp}.json", report)
