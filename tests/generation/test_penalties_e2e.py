@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
@@ -144,3 +145,17 @@ def test_out_of_range_is_a_400_naming_the_field(client: openai.OpenAI, value: fl
     assert "frequency_penalty" in str(caught.value.message)
     with pytest.raises(openai.BadRequestError, match="presence_penalty"):
         chat(client, presence=value)
+
+
+def test_triton_generate_applies_the_penalties_too(client: openai.OpenAI) -> None:
+    url = f"{str(client.base_url).rstrip('/').removesuffix('/v1')}/v2/models/tiny/generate"
+
+    def generate(**penalties: float) -> str:
+        parameters = {"max_tokens": 12, "temperature": 0, "ignore_eos": True, **penalties}
+        response = httpx.post(url, json={"text_input": REPEATS, "parameters": parameters})
+        assert response.status_code == 200, response.text
+        return str(response.json()["text_output"])
+
+    assert generate() == complete(client)
+    assert generate(frequency_penalty=2.0) == complete(client, frequency=2.0)
+    assert generate(frequency_penalty=2.0).count(" same") <= 1
