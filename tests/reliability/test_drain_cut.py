@@ -142,3 +142,56 @@ def test_sigterm_while_a_model_loads_exits_without_waiting_for_the_load(tmp_path
     messages = [r.get("msg") for r in server.logs]
     assert "drain complete; exiting" in messages
     assert "Traceback" not in "".join(server.raw_lines)
+
+
+def test_a_second_sigterm_exits_at_once_and_grpc_calls_end_unavailable(tmp_path: Path) -> None:
+    """No drain timeout this time: the second signal stops the server, whose stop ends
+    the gRPC calls (UNAVAILABLE, gRPC's own "Cancelling all calls"); only the REST
+    request is answered by podserve, and the process exits 1 without a traceback."""
+    write_model(
+        tmp_path,
+        "slow",
+        parameters={"delay_s": 120},
+        batching={"enabled": False},
+        limits={"max_batch_time_s": 600},
+        instance_count=3,
+        warmup=False,
+    )
+    args = ("--model-repository", str(tmp_path), "--drain-timeout-s", "300")
+    with ServerProcess(*args, grpc=True) as server:
+        wait_until(lambda: server.get("/ready").status_code == 200, what="ready")
+        assert server.grpc_port is not None
+        rest: list[httpx.Response] = []
+        rpcs: list[grpc.RpcError | pb.ModelInferResponse] = []
+        threads = [
+            threading.Thread(target=_post, args=(server, [1, 2, 3], rest)),
+            threading.Thread(target=_grpc, args=(server.grpc_port, rpcs)),
+        ]
+        for thread in threads:
+            thread.start()
+        streamer, answers = _stream(server.grpc_port)
+        wait_until(
+            lambda: server.metric("podserve_inflight_requests", {"model": "slow"}) == 3,
+            what="three in flight",
+        )
+        server.send_signal(signal.SIGTERM)
+        server.wait_log(lambda r: r.get("msg") == "SIGTERM: draining")
+        server.send_signal(signal.SIGTERM)
+        code = server.wait_exit(timeout_s=30)
+        for thread in threads:
+            thread.join(timeout=30)
+        stream_error = answers.get(timeout=30)
+        streamer.stop_stream()
+        streamer.close()
+        server.stop()
+
+    assert code == 1
+    assert [response.status_code for response in rest] == [503]
+    (rpc,) = rpcs
+    assert isinstance(rpc, grpc.RpcError)
+    assert rpc.code() == grpc.StatusCode.UNAVAILABLE
+    assert isinstance(stream_error, InferenceServerException)
+    assert stream_error.status() == "StatusCode.UNAVAILABLE"
+    lines = [r for r in server.logs if r.get("msg") == "request cut at drain timeout"]
+    assert [line["path"] for line in lines] == ["/v2/models/slow/infer"]
+    assert "Traceback" not in "".join(server.raw_lines)

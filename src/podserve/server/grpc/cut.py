@@ -14,11 +14,11 @@ UNAVAILABLE ("Server not ready") to inference it will not run because it is stop
 (core src/server.cc, `InferenceServer::InferAsync`).
 
 So the inference RPCs register their handler task in the same `InflightRequests` as
-REST; `InflightRequests.cut()` cancels the task, and the handler, seeing `cutting`,
+REST; `InflightRequests.cut()` cancels the task, and the handler, seeing it was cut,
 ends the call UNAVAILABLE with `CUT_MESSAGE`, a `retry-after` and the request id in
 trailing metadata, and logs one line, before the runner stops the gRPC server. A
 streaming call (ModelStreamInfer) ends the same way, after the answers it already sent
-(`_StreamPlace` says how it is told). A call the client cancels stays CANCELLED; after a
+(`_Call` says how it is told). A call the client cancels stays CANCELLED; after a
 second signal the server's stop ends what is left ("Cancelling all calls").
 """
 
@@ -48,23 +48,20 @@ class CuttableServicer(InferenceServicer):
     async def ModelInfer(
         self, request: pb.ModelInferRequest, context: Context
     ) -> pb.ModelInferResponse:
-        task = _register(self._inflight)
+        call = _Call.register(self._inflight)
         try:
             return await super().ModelInfer(request, context)
         except asyncio.CancelledError:
-            if not self._inflight.cutting:
-                raise  # the client left or its deadline passed: grpc.aio's own cancel
+            if not call.cut_asked:
+                raise  # the client left, its deadline passed, or the server's stop
             await _end_cut(context, request.id or None, request.model_name, "ModelInfer", False)
         finally:
-            self._inflight.discard(task)
+            self._inflight.discard(call.task)
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        task = asyncio.current_task()
-        assert task is not None  # a grpc.aio handler always runs in a task
-        place = _StreamPlace(task)
-        self._inflight.add(task, place.cut)
+        call = _Call.register(self._inflight)
         models: list[str] = []  # for the log line: the models asked on this stream
 
         async def noted() -> AsyncIterator[pb.ModelInferRequest]:
@@ -81,27 +78,31 @@ class CuttableServicer(InferenceServicer):
             )
             async with contextlib.aclosing(replies):
                 async for reply in replies:
-                    place.sending = True
+                    call.sending = True
                     yield reply
-                    place.sending = False
-                    if place.cut_asked:  # the cut came while grpc was sending `reply`
+                    call.sending = False
+                    if call.cut_asked:  # the cut came while grpc was sending `reply`
                         await _end_cut(context, None, ",".join(models), "ModelStreamInfer", True)
         except asyncio.CancelledError:
-            if not self._inflight.cutting:
+            if not call.cut_asked:
                 raise
             await _end_cut(context, None, ",".join(models), "ModelStreamInfer", True)
         finally:
-            self._inflight.discard(task)
+            self._inflight.discard(call.task)
 
 
-class _StreamPlace:
-    """Where a streaming call is when the cut comes. Waiting for its next answer (inside
-    this module's frames): cancel the task, and the CancelledError reaches the handler.
-    At a `yield`, grpc.aio is sending the last answer in its own frames
-    (`_finish_handler_with_stream_responses`), where a CancelledError ends the RPC task
-    with no status at all (the client then saw the server's stop, "Cancelling all
-    calls"): so there, only ask, and the handler ends the call when grpc comes back for
-    the next answer."""
+class _Call:
+    """One inference call as the cut sees it. `cut_asked` tells the handler's
+    CancelledError apart from grpc.aio's own (the client left, its deadline passed, or
+    the server's stop after a second signal), which stays as it is.
+
+    Where the call is when the cut comes decides how it is told. Waiting in the
+    servicer (this module's frames below): cancel the task, and the CancelledError
+    reaches the handler. At a stream's `yield`, grpc.aio is sending the last answer in
+    its own frames (`_finish_handler_with_stream_responses`), where a CancelledError
+    ends the RPC task with no status at all (the client then saw the server's stop,
+    "Cancelling all calls"): so there, only ask, and the handler ends the call when
+    grpc comes back for the next answer."""
 
     __slots__ = ("cut_asked", "sending", "task")
 
@@ -110,19 +111,20 @@ class _StreamPlace:
         self.sending = False
         self.cut_asked = False
 
+    @classmethod
+    def register(cls, inflight: InflightRequests) -> _Call:
+        # grpc.aio runs each RPC in its own task (grpc/_cython/_cygrpc/aio/server.pyx.pxi,
+        # `_handle_rpc`), the task it cancels when the client cancels.
+        task = asyncio.current_task()
+        assert task is not None  # a grpc.aio handler always runs in a task
+        call = cls(task)
+        inflight.add(task, call.cut)
+        return call
+
     def cut(self) -> None:
         self.cut_asked = True
         if not self.sending:
             self.task.cancel()
-
-
-def _register(inflight: InflightRequests) -> asyncio.Task[object]:
-    # grpc.aio runs each RPC in its own task (grpc/_cython/_cygrpc/aio/server.pyx.pxi,
-    # `_handle_rpc`), the task it cancels when the client cancels.
-    task = asyncio.current_task()
-    assert task is not None  # a grpc.aio handler always runs in a task
-    inflight.add(task)
-    return task
 
 
 async def _end_cut(
