@@ -537,11 +537,17 @@ def capacity(direct: dict[str, Any], via: dict[str, Any]) -> dict[str, Any]:
     can reach on this machine is the direct run's CPU per request over the proxied run's."""
     dc, gc = direct["cpu"], via["cpu"]
     gw_us = gc["gateway"]["us_per_request"]
+    # The gateway scrapes its pods and keeps house while idle (the direct slices show
+    # that rate): what a request itself costs is the rest.
+    idle_cores = dc["gateway"]["cores"] or 0.0
+    gw_net_us = round(gw_us - 1e6 * idle_cores / via["rps"], 1) if via["rps"] else gw_us
     direct_total = dc["pod"]["us_per_request"] + dc["loadgen"]["us_per_request"]
     via_total = gc["pod"]["us_per_request"] + gc["loadgen"]["us_per_request"] + gw_us
     cores = os.cpu_count() or 1
     return {
         "gateway_cpu_us_per_request": gw_us,
+        "gateway_idle_cores": idle_cores,
+        "gateway_cpu_us_per_request_net_of_idle": gw_net_us,
         "pod_cpu_us_per_request_direct": dc["pod"]["us_per_request"],
         "loadgen_cpu_us_per_request_direct": dc["loadgen"]["us_per_request"],
         "gateway_capacity_rps_per_core": round(1e6 / gw_us) if gw_us else None,

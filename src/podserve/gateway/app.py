@@ -249,7 +249,11 @@ class Gateway:
             response.release()
         upstream_s = attempt.upstream_s
         self.forwarder.finished(attempt, response.status < 500)
-        usage, outcome = self._usage_of(content, response.status, admission)
+        if endpoint is Endpoint.V2:  # no tokens to bill: the body is not parsed
+            usage = Usage(0, 0)
+            outcome = Outcome.ERROR if response.status >= 400 else Outcome.OK
+        else:
+            usage, outcome = self._usage_of(content, response.status, admission)
         reply = self._json(
             content,
             response.status,
