@@ -36,8 +36,10 @@ For each overload phase: goodput (200s per second) and its ratio to capacity, th
 attempts per second, rejection latency (p50/p99 of the 503s, as the clients saw them),
 any other outcome, the pod's RSS every second (min/max/first/last), the latency of
 `/healthz` and `/ready` polled every 0.5 s during the overload, and the CPU accounting
-(cores used by server, clients and others; server CPU per completed request; event-loop
-and whole-server CPU per refusal, net of what the completed requests cost at capacity).
+(cores used by server, clients and others; server CPU per completed request). What one
+refusal costs is measured alone first (`refusal_only`: the same clients and bodies to a
+model the pod does not serve, each refused from its URL, 404): server, event-loop and
+client CPU per refusal.
 The issue's goal: goodput >= 0.9x capacity without client backoff. Results: stdout and
 benchmarks/results/overload-<timestamp>.json.
 """
@@ -46,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import multiprocessing
 import os
@@ -54,7 +57,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -66,6 +69,10 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import harness
+
+from podserve.bench.client import ConnectionClosed, HttpConnection, RequestTimeout
+from podserve.bench.client import run as run_loop
+from podserve.bench.wire import ResponseParser, encode_request
 
 ROWS = 64
 MAX_SPREAD = 0.25
@@ -106,24 +113,45 @@ def machine_busy_s() -> float:
     return (sum(values[:8]) - idle) / CLOCK_TICKS
 
 
+def threads_cpu_s(pid: int) -> dict[int, float]:
+    """CPU-seconds of each thread of `pid` (threads that exit meanwhile are left out)."""
+    times = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            times[int(tid)] = cpu_s(pid, int(tid))
+    return times
+
+
 @dataclass
 class ServerMeter:
-    """CPU-seconds during a phase: the server's (all threads, and its main thread, which
-    runs the event loop: HTTP parsing, routing, refusals, JSON decoding) and the whole
-    machine's."""
+    """CPU-seconds during a phase: the server's, split into its main thread (the event
+    loop: HTTP parsing, routing, refusals, JSON decoding), its busiest other thread (the
+    model's worker thread, which runs onnxruntime's one intra-op thread inline: the
+    runtime defaults to the usable CPUs less one, docs/benchmarks.md) and the rest; and
+    the whole machine's."""
 
     pid: int
-    start: tuple[float, float, float] = (0.0, 0.0, 0.0)
-
-    def _read(self) -> tuple[float, float, float]:
-        return cpu_s(self.pid), cpu_s(self.pid, self.pid), machine_busy_s()
+    threads: dict[int, float] = field(default_factory=dict)
+    machine_s: float = 0.0
 
     def begin(self) -> None:
-        self.start = self._read()
+        self.threads = threads_cpu_s(self.pid)
+        self.machine_s = machine_busy_s()
 
-    def end(self) -> tuple[float, float, float]:
-        server, loop, machine = (b - a for a, b in zip(self.start, self._read(), strict=True))
-        return server, loop, machine
+    def end(self) -> dict[str, float]:
+        machine_s = machine_busy_s() - self.machine_s
+        used = {
+            tid: now - self.threads.get(tid, 0.0) for tid, now in threads_cpu_s(self.pid).items()
+        }
+        loop_s = used.pop(self.pid, 0.0)
+        model_s = max(used.values(), default=0.0)
+        server_s = loop_s + sum(used.values())
+        return {
+            "server": server_s,
+            "server_loop": loop_s,
+            "server_model_thread": model_s,
+            "machine": machine_s,
+        }
 
 
 # -- the load generator (its own process, at lower priority) --------------------------------
@@ -164,6 +192,58 @@ async def client_loop(
                 await asyncio.sleep(random.uniform(0, wait_s))  # full jitter
 
 
+class _Connection(HttpConnection):
+    """podserve bench's lean keep-alive connection, keeping each answer's Retry-After."""
+
+    retry_after = "1"
+
+    def _finish(self, parser: ResponseParser) -> None:
+        self.retry_after = parser.headers.get("retry-after", "1")
+        super()._finish(parser)
+
+
+async def lean_loop(
+    host: str,
+    port: int,
+    raw: bytes,
+    tally: harness.Tally,
+    rejections_s: list[float],
+    stop: asyncio.Event,
+    *,
+    backoff: bool,
+    max_backoff_s: float,
+) -> None:
+    """`client_loop` on podserve bench's raw-asyncio client: the request is encoded once,
+    only the status line and framing headers are parsed (docs/benchmarks.md, Method)."""
+    loop = asyncio.get_running_loop()
+    connection: _Connection | None = None
+    while not stop.is_set():
+        if connection is None or connection.closed:
+            _, connection = await loop.create_connection(_Connection, host, port)
+        start = time.monotonic()
+        try:
+            response = await connection.request(raw, timeout_s=60)
+        except (ConnectionClosed, RequestTimeout, OSError) as exc:
+            tally.record(f"error:{type(exc).__name__}")
+            connection = None
+            continue
+        elapsed_s = time.monotonic() - start
+        if response.status == 200:
+            tally.record("ok", elapsed_s)
+            continue
+        tally.record(str(response.status))
+        if response.status == 503:
+            rejections_s.append(elapsed_s)
+            if backoff:
+                try:
+                    wait_s = min(float(connection.retry_after), max_backoff_s)
+                except ValueError:
+                    wait_s = 1.0
+                await asyncio.sleep(random.uniform(0, wait_s))  # full jitter
+    if connection is not None:
+        connection.close()
+
+
 async def generate_load(spec: dict[str, Any], conn: Connection) -> dict[str, Any]:
     tally = harness.Tally()
     rejections_s: list[float] = []
@@ -171,22 +251,21 @@ async def generate_load(spec: dict[str, Any], conn: Connection) -> dict[str, Any
     clients = spec["clients"]
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     payload = body()
+    url = httpx.URL(spec["url"])
+    raw = encode_request("POST", f"{url.host}:{url.port}", url.path, payload)
+    options = {"backoff": spec["backoff"], "max_backoff_s": spec["max_backoff_s"]}
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
-        tasks = [
-            asyncio.create_task(
-                client_loop(
-                    client,
-                    spec["url"],
-                    payload,
-                    tally,
-                    rejections_s,
-                    stop,
-                    backoff=spec["backoff"],
-                    max_backoff_s=spec["max_backoff_s"],
-                )
-            )
-            for _ in range(clients)
-        ]
+        if spec["client"] == "httpx":
+            loops = [
+                client_loop(client, spec["url"], payload, tally, rejections_s, stop, **options)
+                for _ in range(clients)
+            ]
+        else:
+            loops = [
+                lean_loop(url.host, url.port or 80, raw, tally, rejections_s, stop, **options)
+                for _ in range(clients)
+            ]
+        tasks = [asyncio.create_task(one) for one in loops]
         cpu_start = time.process_time()
         conn.send("started")
         await asyncio.to_thread(conn.recv)  # the orchestrator's "stop"
@@ -204,7 +283,7 @@ async def generate_load(spec: dict[str, Any], conn: Connection) -> dict[str, Any
 def load_process(spec: dict[str, Any], conn: Connection) -> None:
     """Entry point of the load generator's process."""
     os.nice(spec["nice"])
-    conn.send(asyncio.run(generate_load(spec, conn)))
+    conn.send(run_loop(generate_load(spec, conn)))
     conn.close()
 
 
@@ -226,6 +305,7 @@ async def phase(
     max_backoff_s: float,
     observe: bool,
     nice: int,
+    client: str,
     model: str = "wide-mlp",
 ) -> dict[str, Any]:
     spec = {
@@ -234,6 +314,7 @@ async def phase(
         "backoff": backoff,
         "max_backoff_s": max_backoff_s,
         "nice": nice,
+        "client": client,
     }
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
@@ -256,7 +337,9 @@ async def phase(
     start = time.monotonic()
     await asyncio.sleep(duration_s)  # the length of the phase
     ours.send("stop")
-    server_s, loop_s, machine_s = meter.end()
+    used = meter.end()
+    server_s, loop_s, machine_s = used["server"], used["server_loop"], used["machine"]
+    model_s = used["server_model_thread"]
     elapsed_s = time.monotonic() - start
     stop.set()
     await asyncio.gather(*tasks)
@@ -270,6 +353,7 @@ async def phase(
         "clients": clients,
         "backoff": backoff,
         "client_nice": nice,
+        "client": client,
         "seconds": round(elapsed_s, 1),
         "goodput_rps": round(ok / elapsed_s, 2),
         "attempts_rps": round(attempts / elapsed_s, 1),
@@ -282,22 +366,28 @@ async def phase(
         "cpu_s": {
             "server": round(server_s, 2),
             "server_loop": round(loop_s, 2),
+            "server_model_thread": round(model_s, 2),
             "clients": round(client_s, 2),
             "machine": round(machine_s, 2),
             "others": round(max(0.0, machine_s - server_s - client_s), 2),
         },
         "cores": {
             "server": round(server_s / elapsed_s, 2),
+            "server_loop": round(loop_s / elapsed_s, 2),
+            "server_model_thread": round(model_s / elapsed_s, 2),
             "clients": round(client_s / elapsed_s, 2),
             "others": round(max(0.0, machine_s - server_s - client_s) / elapsed_s, 2),
         },
         "client_cpu_ms_per_attempt": round(client_s / max(attempts, 1) * 1000, 3),
     }
     refused = attempts - ok - sum(n for k, n in outcomes.items() if k.startswith("error:"))
-    if refused:
+    if refused and not ok:  # the refusal-only phase: all the server did was refuse
         result["server_cpu_ms_per_refused"] = round(server_s / refused * 1000, 4)
         result["loop_cpu_ms_per_refused"] = round(loop_s / refused * 1000, 4)
     if ok:
+        # completed requests per CPU-second of the server: how much of the CPU the server
+        # got went into goodput, whatever other tenants left it (vs_capacity below)
+        result["ok_per_server_cpu_s"] = round(ok / max(server_s, 1e-9), 2)
         result["server_cpu_ms_per_ok"] = round(server_s / ok * 1000, 2)
         result["loop_cpu_ms_per_ok"] = round(loop_s / ok * 1000, 3)
     if observe:
@@ -324,24 +414,6 @@ async def phase(
     return result
 
 
-def refusal_costs(run: dict[str, Any], capacity_runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """CPU per refusal, net of the completed requests at the capacity runs' median cost
-    each (an estimate: it also absorbs any change in cost per completed request)."""
-    rejected = run["outcomes"].get("503", 0)
-    ok = run["outcomes"].get("ok", 0)
-    if not rejected:
-        return {}
-    per_ok = statistics.median(r["server_cpu_ms_per_ok"] for r in capacity_runs) / 1000
-    loop_per_ok = statistics.median(r["loop_cpu_ms_per_ok"] for r in capacity_runs) / 1000
-    cpu = run["cpu_s"]
-    return {
-        "server_cpu_ms_per_refusal": round((cpu["server"] - ok * per_ok) / rejected * 1000, 3),
-        "loop_cpu_ms_per_refusal": round(
-            (cpu["server_loop"] - ok * loop_per_ok) / rejected * 1000, 3
-        ),
-    }
-
-
 async def main_async(args: argparse.Namespace) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="podserve-overload-"))
     repo = harness.repository(workdir / "repo", ("wide-mlp",))
@@ -352,7 +424,14 @@ async def main_async(args: argparse.Namespace) -> int:
     try:
         await asyncio.to_thread(replica.wait_ready)
         await phase(
-            replica, args.base_clients, 3, backoff=False, max_backoff_s=0, observe=False, nice=nice
+            replica,
+            args.base_clients,
+            3,
+            backoff=False,
+            max_backoff_s=0,
+            observe=False,
+            nice=nice,
+            client=args.client,
         )
         results: dict[str, Any] = {"capacity_runs": []}
         # What refusing from the URL costs, alone: the overload's clients and bodies to
@@ -366,6 +445,7 @@ async def main_async(args: argparse.Namespace) -> int:
             max_backoff_s=0,
             observe=False,
             nice=nice,
+            client=args.client,
             model="not-served",
         )
         print(f"refusal_only: {results['refusal_only']}", flush=True)
@@ -381,6 +461,7 @@ async def main_async(args: argparse.Namespace) -> int:
                 max_backoff_s=0,
                 observe=False,
                 nice=nice,
+                client=args.client,
             )
             run["loadavg_1m"] = round(os.getloadavg()[0], 2)
             results["capacity_runs"].append(run)
@@ -397,6 +478,7 @@ async def main_async(args: argparse.Namespace) -> int:
                 max_backoff_s=args.max_backoff_s,
                 observe=True,
                 nice=nice,
+                client=args.client,
             )
             results[name]["loadavg_1m"] = round(os.getloadavg()[0], 2)
             print(f"{name}: {results[name]}", flush=True)
@@ -405,10 +487,27 @@ async def main_async(args: argparse.Namespace) -> int:
         capacity = statistics.median(runs)
         results["capacity_rps_median"] = capacity
         results["capacity_spread"] = round((max(runs) - min(runs)) / max(capacity, 1e-9), 3)
-        for name in ("overload_no_backoff", "overload_with_backoff"):
+        for index, name in enumerate(("overload_no_backoff", "overload_with_backoff")):
             ratio = results[name]["goodput_rps"] / max(capacity, 1e-9)
             results[name]["goodput_vs_capacity"] = round(ratio, 3)
-            results[name].update(refusal_costs(results[name], results["capacity_runs"]))
+            # Against the capacity measured just before and just after this phase: what
+            # a machine whose other tenants come and go drifts least between.
+            around = statistics.mean(runs[index : index + 2])
+            ratio = results[name]["goodput_rps"] / max(around, 1e-9)
+            results[name]["goodput_vs_adjacent_capacity"] = round(ratio, 3)
+            # CPU-normalised: goodput per server CPU-second against capacity's. On a
+            # machine whose other tenants take a varying share, this is the ratio to
+            # expect where the pod has its cores to itself (if it stays CPU-bound).
+            per_cpu = statistics.median(r["ok_per_server_cpu_s"] for r in results["capacity_runs"])
+            ratio = results[name].get("ok_per_server_cpu_s", 0.0) / max(per_cpu, 1e-9)
+            results[name]["goodput_per_cpu_vs_capacity"] = round(ratio, 3)
+            around_model = statistics.mean(
+                r["cores"]["server_model_thread"]
+                for r in results["capacity_runs"][index : index + 2]
+            )
+            results[name]["model_thread_cores_vs_adjacent_capacity"] = round(
+                results[name]["cores"]["server_model_thread"] / max(around_model, 1e-9), 3
+            )
     finally:
         replica.stop()
     report = {
@@ -433,10 +532,16 @@ async def main_async(args: argparse.Namespace) -> int:
         run = results[name]
         print(
             f"{name}: {run['goodput_vs_capacity']}x capacity ({run['goodput_rps']} vs "
-            f"{capacity} req/s); cores server {run['cores']['server']}, clients "
-            f"{run['cores']['clients']}, others {run['cores']['others']}; "
-            f"refusal CPU ms server {run.get('server_cpu_ms_per_refusal')}, loop "
-            f"{run.get('loop_cpu_ms_per_refusal')}"
+            f"{capacity} req/s; {run['goodput_vs_adjacent_capacity']}x the adjacent "
+            f"capacity runs); rejection p50/p99 {run['rejection_p50_ms']}/"
+            f"{run['rejection_p99_ms']} ms; RSS {run['rss_mb']['first']}->"
+            f"{run['rss_mb']['last']} MB (max {run['rss_mb']['max']}); /healthz p50/max "
+            f"{run['probe_healthz']['p50_ms']}/{run['probe_healthz']['max_ms']} ms; "
+            f"per server CPU-s {run['goodput_per_cpu_vs_capacity']}x capacity's; model "
+            f"thread {run['cores']['server_model_thread']} cores "
+            f"({run['model_thread_cores_vs_adjacent_capacity']}x capacity's); "
+            f"cores server {run['cores']['server']} (loop {run['cores']['server_loop']}), clients "
+            f"{run['cores']['clients']}, others {run['cores']['others']}"
         )
     alone = results["refusal_only"]
     print(
@@ -465,6 +570,12 @@ def main() -> int:
         type=int,
         default=19,
         help="niceness of the load generator's process (0: the server's priority)",
+    )
+    parser.add_argument(
+        "--client",
+        choices=("lean", "httpx"),
+        default="lean",
+        help="podserve bench's raw-asyncio client (cheap) or httpx (2-3 ms of CPU an attempt)",
     )
     return asyncio.run(main_async(parser.parse_args()))
 
