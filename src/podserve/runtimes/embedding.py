@@ -62,7 +62,7 @@ class SentenceEmbeddingModel(ModelAPI):
         # docs/benchmarks.md), unlike scikit-learn's BLAS (runtimes/cpus.py).
         # Where W2's time at concurrency 1 goes, measured by CPU time (benchmarks/table.py
         # reports it per request, with the raw model in the same rounds): the served
-        # request costs 1.04-1.52x (median 1.10-1.28x) the CPU of the same call in a
+        # request costs 1.04-1.53x (run medians 1.10-1.53x) the CPU of the same call in a
         # process of its own; py-spy puts 87% of the model thread in BertModel.forward and
         # under 1% in tokenization, and the event loop's share (HTTP, JSON, the hand-off)
         # is about 0.7 ms a request. Neither spinning nor thread count is the overhead:

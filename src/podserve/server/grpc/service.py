@@ -18,7 +18,7 @@ benchmarks/table.py, which reports the server's CPU per request apart from the c
 - The time is grpc.aio's, not this module's. A trivial grpc.aio echo handler (bytes in
   and out, no protobuf) costs 110-240 us of server CPU per unary RPC here; podserve's
   whole REST request for W1 (HTTP, JSON, admission, batching, the model, metrics) costs
-  125-175 us at concurrency 64. Each unary RPC is four completion-queue batches, each
+  115-200 us at concurrency 64. Each unary RPC is four completion-queue batches, each
   handed from grpc's poller thread to the event loop through a socketpair byte
   (`PollerCompletionQueue`, src/python/grpcio/grpc/_cython/_cygrpc/aio/
   completion_queue.pyx.pxi), plus two asyncio tasks per RPC (`_schedule_rpc_coro`,
@@ -28,8 +28,8 @@ benchmarks/table.py, which reports the server's CPU per request apart from the c
   event loop's samples are in this servicer.
 - The second cost follows from the first: RPCs reach the data plane one loop iteration
   apart, the model thread is idle each time one arrives, and the work-conserving batcher
-  runs it alone. W1 at concurrency 64: 1.2-2.4 rows per model call over gRPC against
-  17-19 over REST, and 0.43-0.47 ms of server CPU per request against 0.13-0.17 ms.
+  runs it alone. W1 at concurrency 64: 1.0-4.6 rows per model call over gRPC against
+  17-24 over REST, and 0.37-0.59 ms of server CPU per request against 0.12-0.20 ms.
   Deferring the dispatch by a loop iteration (tried outside the tree) still gave 1.4.
 - Tried without effect beyond the noise: GRPC_POLL_STRATEGY=poll or epoll1; the sync
   `grpc.server` (78-134 us per echo RPC, too little saved to pay a thread hop back into
