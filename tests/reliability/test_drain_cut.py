@@ -195,3 +195,64 @@ def test_a_second_sigterm_exits_at_once_and_grpc_calls_end_unavailable(tmp_path:
     lines = [r for r in server.logs if r.get("msg") == "request cut at drain timeout"]
     assert [line["path"] for line in lines] == ["/v2/models/slow/infer"]
     assert "Traceback" not in "".join(server.raw_lines)
+
+
+def _features() -> list[triton_grpc.InferInput]:
+    features = triton_grpc.InferInput("x", [1, 3], "FP32")
+    features.set_data_from_numpy(np.ones((1, 3), dtype=np.float32))
+    return [features]
+
+
+def test_open_streams_end_after_their_last_answer_when_the_drain_completes(
+    tmp_path: Path,
+) -> None:
+    """A clean drain with two ModelStreamInfer streams open: one idle (its request was
+    answered before SIGTERM), one whose request is still running. The running one is
+    answered (the drain waits for it), then both streams end UNAVAILABLE "draining";
+    nothing is cut, no cut line is logged, the exit is 0, and the idle stream does not
+    hold the gRPC server's stop for its grace (it used to end only when the grace ran
+    out, "Cancelling all calls")."""
+    write_model(tmp_path, "fast", warmup=False)
+    write_model(
+        tmp_path, "slow", parameters={"delay_s": 1.0}, batching={"enabled": False}, warmup=False
+    )
+    with ServerProcess("--model-repository", str(tmp_path), grpc=True) as server:
+        wait_until(lambda: server.get("/ready").status_code == 200, what="ready")
+        assert server.grpc_port is not None
+        url = f"127.0.0.1:{server.grpc_port}"
+        idle, running = (triton_grpc.InferenceServerClient(url) for _ in range(2))
+        idle_answers: queue.Queue[tuple[object, object]] = queue.Queue()
+        running_answers: queue.Queue[tuple[object, object]] = queue.Queue()
+        idle.start_stream(callback=lambda result, error: idle_answers.put((result, error)))
+        running.start_stream(callback=lambda result, error: running_answers.put((result, error)))
+        idle.async_stream_infer("fast", _features(), request_id="idle-1")
+        assert idle_answers.get(timeout=30)[1] is None
+        running.async_stream_infer("slow", _features(), request_id="running-1")
+        wait_until(
+            lambda: server.metric("podserve_inflight_requests", {"model": "slow"}) == 1,
+            what="one in flight",
+        )
+        server.send_signal(signal.SIGTERM)
+        code = server.wait_exit(timeout_s=30)
+        idle_end = idle_answers.get(timeout=30)
+        running_first = running_answers.get(timeout=30)
+        running_end = running_answers.get(timeout=30)
+        for client in (idle, running):
+            client.stop_stream()
+            client.close()
+        server.stop()
+
+    assert code == 0
+    result, error = running_first
+    assert error is None  # the request in flight was answered
+    assert isinstance(result, triton_grpc.InferResult)
+    assert result.get_response().id == "running-1"
+    for result, error in (idle_end, running_end):
+        assert result is None
+        assert isinstance(error, InferenceServerException)
+        assert error.status() == "StatusCode.UNAVAILABLE"
+        assert "draining" in error.message()
+    messages = [r.get("msg") for r in server.logs]
+    assert "drain complete; exiting" in messages
+    assert "request cut at drain timeout" not in messages
+    assert "Traceback" not in "".join(server.raw_lines)

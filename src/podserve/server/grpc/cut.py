@@ -33,17 +33,31 @@ from podserve.core.errors import Draining
 from podserve.dataplane import DataPlaneAPI
 from podserve.server.cut import CUT_MESSAGE, InflightRequests, log_cut
 from podserve.server.grpc._generated import inference_pb2 as pb
+from podserve.server.grpc.decoupled import FINAL
 from podserve.server.grpc.service import Context, InferenceServicer, status_for
 
 _SERVICE = "/inference.GRPCInferenceService/"
 
 
 class CuttableServicer(InferenceServicer):
-    """`InferenceServicer` whose inference calls the drain timeout can cut."""
+    """`InferenceServicer` whose inference calls the drain timeout can cut, and whose
+    open streams end when the server stops."""
 
     def __init__(self, dataplane: DataPlaneAPI, inflight: InflightRequests) -> None:
         super().__init__(dataplane)
         self._inflight = inflight
+        self._streams: set[_Call] = set()
+
+    def close_streams(self) -> int:
+        """End every open ModelStreamInfer stream once it has answered every request it
+        was sent (at once for an idle one): UNAVAILABLE, "server is draining", with
+        `retry-after`. Called after a clean drain, before the gRPC server stops, whose
+        grace would otherwise wait for these streams (the client keeps them open): a
+        tritonclient stream left open made every idle exit take the whole 1 s grace.
+        Returns how many were open."""
+        for call in self._streams:
+            call.close_when_idle()
+        return len(self._streams)
 
     async def ModelInfer(
         self, request: pb.ModelInferRequest, context: Context
@@ -52,7 +66,7 @@ class CuttableServicer(InferenceServicer):
         try:
             return await super().ModelInfer(request, context)
         except asyncio.CancelledError:
-            if not call.cut_asked:
+            if not call.cancelled_here:
                 raise  # the client left, its deadline passed, or the server's stop
             await _end_cut(context, request.id or None, request.model_name, "ModelInfer", False)
         finally:
@@ -62,10 +76,12 @@ class CuttableServicer(InferenceServicer):
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         call = _Call.register(self._inflight)
+        self._streams.add(call)
         models: list[str] = []  # for the log line: the models asked on this stream
 
         async def noted() -> AsyncIterator[pb.ModelInferRequest]:
             async for request in request_iterator:
+                call.outstanding += 1
                 if request.model_name not in models:
                     models.append(request.model_name)
                 yield request
@@ -81,20 +97,25 @@ class CuttableServicer(InferenceServicer):
                     call.sending = True
                     yield reply
                     call.sending = False
-                    if call.cut_asked:  # the cut came while grpc was sending `reply`
-                        await _end_cut(context, None, ",".join(models), "ModelStreamInfer", True)
+                    params = reply.infer_response.parameters
+                    if FINAL in params and params[FINAL].bool_param:
+                        call.outstanding -= 1
+                    # asked while grpc was sending `reply`, or the last answer went
+                    if call.cut_asked or (call.closing and call.outstanding == 0):
+                        await call.end(context, ",".join(models))
         except asyncio.CancelledError:
-            if not call.cut_asked:
+            if not call.cancelled_here:
                 raise
-            await _end_cut(context, None, ",".join(models), "ModelStreamInfer", True)
+            await call.end(context, ",".join(models))
         finally:
+            self._streams.discard(call)
             self._inflight.discard(call.task)
 
 
 class _Call:
-    """One inference call as the cut sees it. `cut_asked` tells the handler's
-    CancelledError apart from grpc.aio's own (the client left, its deadline passed, or
-    the server's stop after a second signal), which stays as it is.
+    """One inference call as the cut and the stop see it. `cancelled_here` tells a
+    CancelledError of ours apart from grpc.aio's own (the client left, its deadline
+    passed, or the server's stop after a second signal), which stays as it is.
 
     Where the call is when the cut comes decides how it is told. Waiting in the
     servicer (this module's frames below): cancel the task, and the CancelledError
@@ -102,14 +123,22 @@ class _Call:
     its own frames (`_finish_handler_with_stream_responses`), where a CancelledError
     ends the RPC task with no status at all (the client then saw the server's stop,
     "Cancelling all calls"): so there, only ask, and the handler ends the call when
-    grpc comes back for the next answer."""
+    grpc comes back for the next answer.
 
-    __slots__ = ("cut_asked", "sending", "task")
+    A stream counts the requests it read and has not answered finally
+    (`triton_final_response`): one with none outstanding is idle, so ending it cuts
+    nothing (no log line, the drain's plain message), and `close_when_idle` never
+    cancels it while an answer is still to be sent."""
+
+    __slots__ = ("cancelled_here", "closing", "cut_asked", "outstanding", "sending", "task")
 
     def __init__(self, task: asyncio.Task[object]) -> None:
         self.task = task
         self.sending = False
         self.cut_asked = False
+        self.closing = False
+        self.cancelled_here = False
+        self.outstanding = 0
 
     @classmethod
     def register(cls, inflight: InflightRequests) -> _Call:
@@ -124,7 +153,24 @@ class _Call:
     def cut(self) -> None:
         self.cut_asked = True
         if not self.sending:
-            self.task.cancel()
+            self._cancel()
+
+    def close_when_idle(self) -> None:
+        self.closing = True
+        if self.outstanding == 0 and not self.sending:
+            self._cancel()
+
+    def _cancel(self) -> None:
+        self.cancelled_here = True
+        self.task.cancel()
+
+    async def end(self, context: Context, models: str) -> NoReturn:
+        """End a stream: cut (logged) if it still owed an answer, else drained."""
+        if self.cut_asked and self.outstanding > 0:
+            await _end_cut(context, None, models, "ModelStreamInfer", True)
+        status = status_for(Draining(), _metadata(context, "x-request-id"))
+        await context.abort(status.code, status.details, status.trailing_metadata)
+        raise AssertionError("grpc.aio's abort raises")  # pragma: no cover
 
 
 async def _end_cut(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 import grpc
 
 from podserve.dataplane.api import DataPlaneAPI
@@ -11,6 +13,11 @@ from podserve.server.grpc._generated.inference_pb2_grpc import (
 )
 from podserve.server.grpc.cut import CuttableServicer
 from podserve.server.grpc.service import InferenceServicer
+
+# The servicer of each server that can end its open streams when it stops.
+_CUTTABLE: weakref.WeakKeyDictionary[grpc.aio.Server, CuttableServicer] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _address(host: str, port: int) -> str:
@@ -52,6 +59,8 @@ async def start_grpc_server(
         InferenceServicer(dataplane) if inflight is None else CuttableServicer(dataplane, inflight)
     )
     add_GRPCInferenceServiceServicer_to_server(servicer, server)
+    if isinstance(servicer, CuttableServicer):
+        _CUTTABLE[server] = servicer
     address = _address(host, port)
     try:
         bound_port = int(server.add_insecure_port(address))
@@ -65,5 +74,10 @@ async def start_grpc_server(
 
 async def stop_grpc_server(server: grpc.aio.Server, grace_s: float) -> None:
     """Refuse new RPCs at once, let in-flight ones finish for up to `grace_s`, then cancel
-    the rest (their data-plane calls are cancelled, the one cancellation contract)."""
+    the rest (their data-plane calls are cancelled, the one cancellation contract).
+    Open ModelStreamInfer streams end as soon as they have answered what they were sent
+    (server/grpc/cut.py), so an idle one does not hold the stop for the whole grace."""
+    servicer = _CUTTABLE.pop(server, None)
+    if servicer is not None and grace_s > 0:
+        servicer.close_streams()
     await server.stop(grace_s)
