@@ -77,7 +77,18 @@ def test_renders_deployment_scaled_object_and_trigger_authentication() -> None:
     assert flag["--drain-timeout-s"] == "11"
     assert pod["terminationGracePeriodSeconds"] == 11 + 5
     env = {e["name"]: e for e in ctr["env"]}
-    assert env["REDIS_PASSWORD"]["valueFrom"] == {"secretKeyRef": {"name": "redis", "key": "pw"}}
+    # The password is a file from the Secret, never an environment variable.
+    assert "REDIS_PASSWORD" not in env
+    assert flag["--redis-password-file"] == "/var/run/secrets/podserve/redis/password"
+    (mount,) = [m for m in ctr["volumeMounts"] if m["name"] == "redis-password"]
+    assert mount == {
+        "name": "redis-password",
+        "mountPath": "/var/run/secrets/podserve/redis",
+        "readOnly": True,
+    }
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "redis-password"]
+    assert volume["secret"]["secretName"] == "redis"
+    assert volume["secret"]["items"] == [{"key": "pw", "path": "password"}]
     assert env["PODSERVE_MODELS"]["value"].startswith("fraud-score=/cache/entries/sha256-")
     assert "replicas" not in objects["Deployment"]["spec"]  # KEDA owns the count
     # The serving Service selects name + track; consumers carry no track.
@@ -121,8 +132,11 @@ def test_without_password_there_is_no_trigger_authentication() -> None:
     (trigger,) = objects["ScaledObject"]["spec"]["triggers"]
     assert "authenticationRef" not in trigger
     assert trigger["metadata"]["enableTLS"] == "true"
-    args = objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    pod = objects["Deployment"]["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
     assert args[2] == "rediss://redis:6379/2"
+    assert "--redis-password-file" not in args
+    assert all(v["name"] != "redis-password" for v in pod["volumes"])
 
 
 @pytest.mark.parametrize(

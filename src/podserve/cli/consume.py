@@ -7,8 +7,9 @@ with `id`, `status` and `body`. See docs/async.md for the contract, delivery gua
 and a producer example.
 
 Models and their limits are given as to `podserve serve` (`--model`, `--model-repository`,
-and every PODSERVE_* variable). The Redis password may come from REDIS_PASSWORD instead of
-the URL (the rendered Deployment sets it from a Secret).
+and every PODSERVE_* variable). The Redis password may come from a file
+(`--redis-password-file`: the rendered Deployment mounts it from a Secret) or REDIS_PASSWORD
+instead of the URL.
 """
 
 from __future__ import annotations
@@ -33,6 +34,13 @@ def register(subparsers: Any) -> None:
         "--redis",
         default=env("PODSERVE_REDIS_URL"),
         help="redis://host:port/db (env PODSERVE_REDIS_URL)",
+    )
+    parser.add_argument(
+        "--redis-password-file",
+        type=Path,
+        default=env("PODSERVE_REDIS_PASSWORD_FILE"),
+        help="a file holding the Redis password (a mounted Secret; env "
+        "PODSERVE_REDIS_PASSWORD_FILE); else REDIS_PASSWORD, else the URL's",
     )
     parser.add_argument("--stream", required=True, help="the request stream")
     parser.add_argument("--group", required=True, help="the consumer group (created if missing)")
@@ -163,6 +171,14 @@ def _run(args: argparse.Namespace) -> int:
     except (ValidationError, ValueError) as exc:
         print(f"podserve consume: invalid settings:\n{exc}", file=sys.stderr)
         return 2
+    password = os.environ.get("REDIS_PASSWORD") or None
+    if args.redis_password_file is not None:
+        try:
+            # A Secret's file may end in a newline; a password never does.
+            password = Path(args.redis_password_file).read_text().rstrip("\r\n") or None
+        except OSError as exc:
+            print(f"podserve consume: --redis-password-file: {exc}", file=sys.stderr)
+            return 2
     names = StreamNames(
         requests=args.stream,
         group=args.group,
@@ -179,7 +195,7 @@ def _run(args: argparse.Namespace) -> int:
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port,
         drain_timeout_s=args.drain_timeout_s,
-        redis_password=os.environ.get("REDIS_PASSWORD") or None,
+        redis_password=password,
         size_from_models=args.read_count is None and args.max_inflight is None,
     )
     configure_logging(server.log_format, server.log_level)

@@ -24,8 +24,8 @@ class AsyncRedis(_Spec):
     tls: bool = Field(False, description="Connect with TLS (rediss://; KEDA enableTLS).")
     password: SecretKey | None = Field(
         None,
-        description="Secret key holding the Redis password: the consumer's REDIS_PASSWORD and "
-        "a TriggerAuthentication for KEDA's scaler read it.",
+        description="Secret key holding the Redis password: mounted as a file for the consumer "
+        "(`--redis-password-file`) and read by KEDA's scaler through a TriggerAuthentication.",
     )
 
 

@@ -42,6 +42,8 @@ METRICS_PORT = 9100
 LIVE_PATH = "/healthz"
 READY_PATH = "/ready"
 BLOCK_MS = 1000  # the consumer's longest read: how long SIGTERM may wait for it
+PASSWORD_VOLUME = "redis-password"
+PASSWORD_DIR = "/var/run/secrets/podserve/redis"
 
 
 def drain_seconds(service: ModelService, queue: AsyncConsumer) -> int:
@@ -73,6 +75,8 @@ def consumer_args(service: ModelService, queue: AsyncConsumer) -> list[str]:
         "--drain-timeout-s", str(drain_seconds(service, queue)),
         "--metrics-port", str(METRICS_PORT),
     ]  # fmt: skip
+    if queue.redis.password is not None:
+        args += ["--redis-password-file", f"{PASSWORD_DIR}/password"]
     if queue.dead_letter_stream is not None:
         args += ["--dead-letter-stream", queue.dead_letter_stream]
         args += ["--max-failures", str(queue.max_failures)]
@@ -93,21 +97,40 @@ def _env(service: ModelService, queue: AsyncConsumer) -> list[dict[str, Any]]:
             "value": f"{stable.model_name}={model_path}:{stable.model.runtime}",
         },
     ]
-    if queue.redis.password is not None:
-        secret = queue.redis.password
-        env.append(
-            {
-                "name": "REDIS_PASSWORD",
-                "valueFrom": {"secretKeyRef": {"name": secret.secret, "key": secret.key}},
-            }
-        )
     return env
+
+
+def _password_volume(queue: AsyncConsumer) -> dict[str, Any] | None:
+    """The Redis password as a file, not an environment variable: variables leak into
+    crash dumps, `/proc/<pid>/environ` and child processes (checkov CKV_K8S_35). Group
+    readable only; the pod's fsGroup owns the file."""
+    secret = queue.redis.password
+    if secret is None:
+        return None
+    return {
+        "name": PASSWORD_VOLUME,
+        "secret": {
+            "secretName": secret.secret,
+            "items": [{"key": secret.key, "path": "password"}],
+            "defaultMode": 0o440,
+        },
+    }
 
 
 def _deployment(service: ModelService, plan: Plan, queue: AsyncConsumer) -> Manifest:
     spec = service.spec
     name = f"{service.metadata.name}-{COMPONENT}"
     pod_labels = labels(service, COMPONENT)
+    mounts: list[dict[str, Any]] = [
+        {"name": "cache", "mountPath": c.CACHE_DIR, "readOnly": True},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    pod_volumes = volumes(service, plan, with_config=False)
+    password = _password_volume(queue)
+    if password is not None:
+        mounts.append({"name": PASSWORD_VOLUME, "mountPath": PASSWORD_DIR, "readOnly": True})
+        pod_volumes.append(password)
     container = {
         "name": COMPONENT,
         "image": spec.image.ref,
@@ -124,11 +147,7 @@ def _deployment(service: ModelService, plan: Plan, queue: AsyncConsumer) -> Mani
         # Ready once the models are loaded and it consumes; gates only the rollout.
         "readinessProbe": _probe(READY_PATH, failures=3),
         "securityContext": container_security(),
-        "volumeMounts": [
-            {"name": "cache", "mountPath": c.CACHE_DIR, "readOnly": True},
-            {"name": "dshm", "mountPath": "/dev/shm"},
-            {"name": "tmp", "mountPath": "/tmp"},
-        ],
+        "volumeMounts": mounts,
     }
     pod: dict[str, Any] = {
         "serviceAccountName": service.metadata.name,
@@ -138,7 +157,7 @@ def _deployment(service: ModelService, plan: Plan, queue: AsyncConsumer) -> Mani
         "securityContext": pod_security(),
         "initContainers": fetch_steps(service, spec.model, spec.image),
         "containers": [container],
-        "volumes": volumes(service, plan, with_config=False),
+        "volumes": pod_volumes,
     }
     selector = node_selector(spec)
     if selector:
