@@ -225,6 +225,15 @@ class App:
             return json_response(500, {"error": "internal server error; see the server log"})
 
     async def _run_inference(self, route: Route, request: Request, send: Send) -> int | None:
+        try:
+            return await self._run_admitted(route, request, send)
+        finally:
+            # The queue slot admission promised, on whatever path did not hand it to the
+            # queue (DataPlane.infer does, as the request enters): a leak would refuse
+            # that model's requests for good.
+            request.release_reservation()
+
+    async def _run_admitted(self, route: Route, request: Request, send: Send) -> int | None:
         """Run the handler and send its answer, cancelling it if the client disconnects
         first: a queued request then leaves the queue and frees its slot, and a stream is
         aborted, freeing its sequence and KV cache. Returns the status; None = client gone."""
@@ -237,12 +246,10 @@ class App:
                 )
             await request.body(self._max_body_bytes)  # cached for the handler
         except PodserveError as exc:
-            request.release_reservation()
             response = self._error(route, exc)
             await send_response(send, response, request.request_id)
             return response.status
         except ClientGone:
-            request.release_reservation()
             return None
         task = asyncio.current_task()
         gone = answering = started = False
@@ -285,7 +292,6 @@ class App:
             raise
         finally:
             answering = True
-            request.release_reservation()  # if the data plane did not take it up
             watcher.cancel()
             if task is not None:
                 self.inflight.discard(task)
