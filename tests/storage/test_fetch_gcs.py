@@ -217,6 +217,59 @@ def test_refusals_are_access_denied(status: int, says: str, tmp_path: Path) -> N
         thread.join(WAIT_S)
 
 
+class _Replaced(http.server.BaseHTTPRequestHandler):
+    """Cloud Storage with an object that is replaced right after it was listed: the
+    metadata names generation 1, and a read conditioned on generation 1 is refused with 412
+    (cloud.google.com/storage/docs/request-preconditions). The emulator ignores
+    ifGenerationMatch, so this stand-in shows what the fetch sends and does with the 412."""
+
+    reads: list[str] = []
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        path, _, query = self.path.partition("?")
+        answer: dict[str, object]
+        if path.startswith("/download/"):
+            self.reads.append(query)
+            status, answer = 412, {"error": {"code": 412, "message": "Precondition Failed"}}
+        else:
+            status = 200
+            answer = {
+                "kind": "storage#object",
+                "bucket": "b",
+                "name": "m.bin",
+                "size": "10",
+                "generation": "1",
+            }
+        body = orjson.dumps(answer)
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_a_read_is_conditioned_on_the_listed_generation(tmp_path: Path) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Replaced)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(FetchNetworkError, match=r"412.*changed during the download"):
+            fetch_model(
+                "gs://b/m.bin",
+                cache_dir=tmp_path / "c",
+                sources=_sources(f"http://127.0.0.1:{server.server_address[1]}", timeout_s=5),
+            )
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(WAIT_S)
+    assert _Replaced.reads
+    assert "ifGenerationMatch=1" in _Replaced.reads[0].split("&")
+
+
 def test_unreachable_endpoint_is_a_network_error(tmp_path: Path) -> None:
     with pytest.raises(FetchNetworkError):
         fetch_model(
