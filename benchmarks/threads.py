@@ -1,7 +1,7 @@
 """Where a server's CPU goes, thread by thread: the profile behind issue 16's decisions.
 
     python benchmarks/threads.py [--workload w2] [--concurrency 1] [--duration 5]
-        [--env NAME=VALUE ...]
+        [--env NAME=VALUE ...] [--grpc]
 
 Starts `podserve serve` (batching on, W1 and W2 as benchmarks/table.py builds them) and the
 hand-rolled FastAPI baseline, drives each with the load generator for `--duration`, and
@@ -44,9 +44,22 @@ def thread_cpu(pid: int) -> dict[str, float]:
     return out
 
 
-def profile(proc: servers.ServerProcess, workload: str, concurrency: int, budget: Budget) -> str:
+def profile(
+    proc: servers.ServerProcess,
+    workload: str,
+    concurrency: int,
+    budget: Budget,
+    *,
+    grpc_port: int | None = None,
+) -> str:
+    """One step over REST (or gRPC on `grpc_port`), with each thread's CPU in cores and
+    in ms per request (the edges differ in threads: gRPC adds grpc's poller and
+    event_engine threads)."""
     before, start = thread_cpu(proc.pid), time.monotonic()
-    step = table.measure_rest(proc.port, proc.pid, workload, concurrency, budget, workload)
+    if grpc_port is None:
+        step = table.measure_rest(proc.port, proc.pid, workload, concurrency, budget, workload)
+    else:
+        step = table.measure_grpc(grpc_port, proc.pid, workload, concurrency, budget, workload)
     after, elapsed = thread_cpu(proc.pid), time.monotonic() - start
     by_name: dict[str, float] = defaultdict(float)
     for key, seconds in after.items():
@@ -54,8 +67,12 @@ def profile(proc: servers.ServerProcess, workload: str, concurrency: int, budget
         if used >= 0.005:
             by_name[key] += used
     rows = sorted(by_name.items(), key=lambda kv: -kv[1])
-    lines = [f"{proc.name}: {step.line()}"]
-    lines += [f"    {name:32s} {cores:.2f} cores" for name, cores in rows]
+    edge = "REST" if grpc_port is None else "gRPC"
+    lines = [f"{proc.name} {edge}: {step.line()}"]
+    lines += [
+        f"    {name:32s} {cores:.2f} cores, {1000 * cores / max(step.rps, 1e-9):.3f} ms/request"
+        for name, cores in rows
+    ]
     return "\n".join(lines)
 
 
@@ -66,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument("--grpc", action="store_true", help="also drive podserve over gRPC")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     budget = Budget(duration_s=args.duration, warmup_s=1.0)
@@ -78,12 +96,15 @@ def main(argv: list[str] | None = None) -> int:
         repo = table.repository(scratch / "repo", {args.workload: model}, batching=True)
         logs = scratch / "logs"
         logs.mkdir()
-        pod = servers.podserve("podserve", repo, logs)
+        pod = table.podserve_server("podserve", repo, logs)  # with a gRPC port
         pod.env.update(extra)
+        grpc_port: int = pod.grpc_port  # type: ignore[attr-defined]
         with pod, servers.baseline("fastapi", model, logs) as base:
+            steps = [(pod, None), (base, None)] + ([(pod, grpc_port)] if args.grpc else [])
             for index in range(args.rounds):
-                for proc in (pod, base) if index % 2 == 0 else (base, pod):
-                    print(profile(proc, args.workload, args.concurrency, budget), flush=True)
+                for proc, port in steps if index % 2 == 0 else reversed(steps):
+                    line = profile(proc, args.workload, args.concurrency, budget, grpc_port=port)
+                    print(line, flush=True)
     return 0
 
 

@@ -15,25 +15,29 @@ is never computed.
 
 Why this edge is slower than REST (issue 16; measured on the shared 2-core machine with
 benchmarks/table.py, which reports the server's CPU per request apart from the client's):
-- The time is grpc.aio's, not this module's. A trivial grpc.aio echo handler (bytes in
-  and out, no protobuf) costs 110-240 us of server CPU per unary RPC here; podserve's
-  whole REST request for W1 (HTTP, JSON, admission, batching, the model, metrics) costs
-  115-200 us at concurrency 64. Each unary RPC is four completion-queue batches, each
-  handed from grpc's poller thread to the event loop through a socketpair byte
-  (`PollerCompletionQueue`, src/python/grpcio/grpc/_cython/_cygrpc/aio/
-  completion_queue.pyx.pxi), plus two asyncio tasks per RPC (`_schedule_rpc_coro`,
-  .../aio/server.pyx.pxi). perf: 46% of the server's samples in libpython (grpc's Cython
-  coroutines and asyncio objects), 25% in the kernel switching between the poller,
-  event_engine threads and the loop; cygrpc's own code 6-9%. py-spy: about 5% of the
-  event loop's samples are in this servicer.
-- The second cost follows from the first: RPCs reach the data plane one loop iteration
-  apart, the model thread is idle each time one arrives, and the work-conserving batcher
-  runs it alone. W1 at concurrency 64: 1.0-4.6 rows per model call over gRPC against
-  17-24 over REST, and 0.37-0.59 ms of server CPU per request against 0.12-0.20 ms.
-  Deferring the dispatch by a loop iteration (tried outside the tree) still gave 1.4.
+- Split by thread (benchmarks/threads.py --grpc, W1 at concurrency 64, three runs), the
+  server's CPU per request over gRPC against REST: event loop 0.17-0.21 ms against
+  0.12-0.16; model thread 0.10-0.18 against 0.03-0.04; grpc's completion-queue poller
+  and event_engine threads 0.04-0.05 more; in all 0.32-0.44 ms against 0.15-0.20.
+- The model thread's share is the largest: RPCs reach the data plane spread out, the
+  model thread is idle when each arrives, and the work-conserving batcher runs it alone
+  (1.0-4.6 rows per model call over gRPC against 17-24 over REST), so each request pays a
+  whole scikit-learn call (about 0.25 ms of CPU for one row on this machine). REST's
+  requests pile up while a call runs; gRPC's come through grpc.aio's machinery more
+  slowly: each unary RPC is four completion-queue batches, each handed from the poller
+  thread to the loop through a socketpair byte (`PollerCompletionQueue`,
+  src/python/grpcio/grpc/_cython/_cygrpc/aio/completion_queue.pyx.pxi), plus two asyncio
+  tasks (`_schedule_rpc_coro`, .../aio/server.pyx.pxi). A trivial grpc.aio echo handler
+  (bytes in and out) costs 110-240 us of server CPU per RPC here. perf: 46% of the
+  server's samples in libpython (grpc's Cython coroutines, asyncio objects), 25% in the
+  kernel switching threads, cygrpc's own code 6-9%; py-spy: about 5% of the loop's
+  samples are in this servicer. Deferring the dispatch by a loop iteration (tried outside
+  the tree) still gave 1.4 rows per call: the RPCs are more than one iteration apart.
 - Tried without effect beyond the noise: GRPC_POLL_STRATEGY=poll or epoll1; the sync
   `grpc.server` (78-134 us per echo RPC, too little saved to pay a thread hop back into
-  the loop per request).
+  the loop per request). Triton's own answer, a queue delay (`max_queue_delay_ms: 1`,
+  `work_conserving: false`), gathered only 4.1-5.6 rows per call over gRPC (0.32-0.40 ms
+  CPU per request against 0.42-0.57) for 1.2 ms more at concurrency 1: not a default.
 - What was ours is trimmed: ModelInfer runs flat (no context manager per call) and the
   codec reads each protobuf field once and skips empty maps, 33 -> 15 us per W1 decode.
 """
