@@ -639,7 +639,7 @@ def summary_table(result: dict[str, Any]) -> str:
         "| | W1 c=1 p50 ms | W1 c=64 req/s | W2 c=1 p50 ms | W2 c=64 req/s | idle CPU | "
         "SIGTERM→exit (idle) |",
         "|---|---|---|---|---|---|---|",
-        f"| raw in-process | {limit('w1', 'c1_p50_ms', '.2f')} | "
+        f"| raw (model called directly) | {limit('w1', 'c1_p50_ms', '.2f')} | "
         f"{limit('w1', 'b32_items_s', ',.0f')} items/s (b32) | {limit('w2', 'c1_p50_ms', '.1f')} "
         f"| {limit('w2', 'b32_items_s', ',.0f')} items/s (b32) | — | — |",
     ]
@@ -835,6 +835,17 @@ def plot(result: dict[str, Any], path: Path) -> None:
     plt.close(figure)
 
 
+def _nan_for_null(result: dict[str, Any]) -> dict[str, Any]:
+    """A result read back: JSON has no NaN, so orjson wrote the steps' NaNs as null."""
+    for by_name in result.get("steps", {}).values():
+        for values in by_name.values():
+            for step in values:
+                for key, value in step.items():
+                    if value is None:
+                        step[key] = float("nan")
+    return result
+
+
 def _variant(text: str) -> tuple[str, dict[str, str]]:
     label, _, assignments = text.partition(":")
     return label, dict(item.split("=", 1) for item in assignments.split(",") if item)
@@ -875,7 +886,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.from_json:
-        result = orjson.loads(args.from_json.read_bytes())
+        result = _nan_for_null(orjson.loads(args.from_json.read_bytes()))
         print(report(result))
         if args.plot:
             plot(result, args.plot)
