@@ -263,6 +263,18 @@ def empty_parameter() -> Any:
     return message
 
 
+def empty_input_parameter() -> Any:
+    message = raw_request("INT8", [1], b"\x01")
+    message.inputs[0].parameters["p"].CopyFrom(pb.InferParameter())
+    return message
+
+
+def empty_output_parameter() -> Any:
+    message = raw_request("INT8", [1], b"\x01")
+    message.outputs.add(name="o").parameters["p"].CopyFrom(pb.InferParameter())
+    return message
+
+
 def length(n: int) -> bytes:
     return n.to_bytes(4, "little")
 
@@ -305,6 +317,8 @@ REFUSALS = [
     (duplicate_inputs(), "input 'x' appears more than once"),
     (shared_memory_input(), "input 'x': shared_memory_region needs shared_memory_byte_size"),
     (empty_parameter(), "request parameter 'p' has no value"),
+    (empty_input_parameter(), "input 'x' parameter 'p' has no value"),
+    (empty_output_parameter(), "requested output 'o' parameter 'p' has no value"),
     (
         typed_request("FP32", [3], "fp32_contents", [1.0, 2.0]),
         "input 'x': contents.fp32_contents has 2 elements; shape [3] needs 3",
@@ -350,3 +364,13 @@ def test_zero_element_inputs_need_no_data() -> None:
     message.inputs.add(name="x", datatype="FP32", shape=[0, 3])
     decoded = decode_infer_request(message, request_id=None)
     assert decoded.inputs[0].data.shape == (0, 3)
+
+
+def test_an_empty_contents_message_beside_raw_contents_carries_no_data() -> None:
+    # The codec only looks into `contents` when the field is set; set but empty, it holds
+    # no elements, so the raw bytes are the input's data (as before issue 16's fast path).
+    message = raw_request("INT8", [2], b"\x01\x02")
+    message.inputs[0].contents.SetInParent()
+    assert message.inputs[0].HasField("contents")
+    decoded = decode_infer_request(message, request_id=None)
+    assert decoded.inputs[0].data.tolist() == [1, 2]
