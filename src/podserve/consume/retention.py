@@ -16,11 +16,12 @@ The results stream is trimmed by every write (the script in streams.py), two way
   "Capped streams": "~ ... is much more efficient ... the stream will have at least N
   entries, possibly a few tens more"). One trim per call, not per result.
 
-Each result's idempotency marker (`<results>:done:<id>`, written with `SET NX PX ttl`)
+Each result's idempotency marker (`<results>:done:<id>`, written with `SET NX PXAT`)
 expires no sooner than `ttl_s` after the result's own entry id (its timestamp, Redis'
-clock): when the last result id of a call is past the call's `TIME` (the stream's ids run
-ahead of the clock, or the call crossed a millisecond), `PEXPIREAT` moves every marker of
-the call to a ttl past that id. So:
+clock) and at most a second later: it is set to expire at the call's `TIME` + ttl + 1 s,
+the second covering a call slowed down on a loaded Redis (its ids then pass `TIME`); when
+the call's last result id is further ahead (a clock stepped back, producers' explicit
+ids), `PEXPIREAT` moves every marker of the call to a ttl past that id. So:
 
     For a request id whose result was written with entry id t, every later entry with
     the same id (a re-delivery after a crash, a claim of an entry that was slow rather
@@ -31,7 +32,7 @@ the call to a ttl past that id. So:
 
 A result trimmed early by count keeps its marker until t + ttl: a re-sent id then gets
 no result at all, so keep `maxlen` above what producers leave unread. After t + ttl
-both are gone and a re-sent id is a new request. Markers take memory for every result
+(+ 1 s) both are gone and a re-sent id is a new request. Markers take memory for every result
 written in the last `ttl_s` (rate x ttl keys), whatever `maxlen` is.
 """
 

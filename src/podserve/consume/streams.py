@@ -39,7 +39,8 @@ from podserve.consume.retention import Retention
 # attempt, negated when it went to the dead-letter stream.
 # Retention (retention.py says why each step is as it is): results older than the ttl go
 # first (exact MINID, Redis' clock), each marker expires no sooner than ttl after its
-# result's entry id, and the count cap trims whole nodes (MAXLEN ~) once per call.
+# result's entry id (and at most a second later), and the count cap trims whole nodes
+# (MAXLEN ~) once per call.
 # Per call, not per write: TIME, both trims, one variadic XACK and one HDEL for every
 # entry answered (each redis.call from Lua costs about a microsecond on its own).
 _WRITES_LUA = """
@@ -48,6 +49,7 @@ local group, ttl, maxlen = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 redis.call('XTRIM', KEYS[1], 'MINID', string.format('%d', now - ttl))
+local expire_at = string.format('%d', now + ttl + 1000)
 local acked, marked, last = {}, {}, nil
 local a = 4
 for i = 1, #KEYS - 4 do
@@ -65,7 +67,7 @@ for i = 1, #KEYS - 4 do
                  'api', ARGV[a + 9], 'entry', entry, 'error', ARGV[a + 6], 'failures', count)
     end
     local written = 0
-    if redis.call('SET', KEYS[4 + i], entry, 'NX', 'PX', ttl) then
+    if redis.call('SET', KEYS[4 + i], entry, 'NX', 'PXAT', expire_at) then
       last = redis.call('XADD', KEYS[1], '*', 'id', rid, 'status', status, 'body', body)
       marked[#marked + 1] = KEYS[4 + i]
       written = 1
@@ -80,11 +82,12 @@ if #acked > 0 then
   redis.call('HDEL', KEYS[3], unpack(acked))
 end
 if last then
-  -- Ids only grow: if the last one is not past `now`, no marker here expires before a
-  -- ttl after its result's id. If it is (the ids run ahead of the clock, or the call
-  -- crossed a millisecond), every marker of the call lives a ttl past the last id.
+  -- Ids only grow: if the last one is within the second of slack the markers got, none
+  -- expires before a ttl after its result's id. A slow call (a loaded Redis) stays well
+  -- inside it; ids further ahead (a clock stepped back, explicit ids) move every marker
+  -- of the call to a ttl past the last id.
   local ms = tonumber(string.sub(last, 1, string.find(last, '-', 1, true) - 1))
-  if ms > now then
+  if ms > now + 1000 then
     for _, key in ipairs(marked) do
       redis.call('PEXPIREAT', key, string.format('%d', ms + ttl))
     end
