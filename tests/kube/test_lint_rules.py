@@ -232,6 +232,12 @@ def test_fetch_credentials_by_source() -> None:
     )
     assert not found(labelled, "fetch-without-credentials")
     assert not found(deployment(pod("https://example.com/m.onnx")), "fetch-without-credentials")
+    # Azure Blob as podserve fetch and KServe take it: an https URL on the blob endpoint.
+    blob = deployment(pod("https://acct1.blob.core.windows.net/models/m"))
+    assert found(blob, "fetch-without-credentials")
+    sas = ", env: [{name: AZURE_STORAGE_SAS_TOKEN, valueFrom: {secretKeyRef: {name: s, key: k}}}]"
+    blob_sas = deployment(pod("https://acct1.blob.core.windows.net/models/m", sas))
+    assert not found(blob_sas, "fetch-without-credentials")
 
 
 def test_retries_with_linkerd() -> None:

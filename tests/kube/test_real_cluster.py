@@ -360,6 +360,41 @@ def test_workload_identity_annotates_the_service_account() -> None:
     )
 
 
+def test_cloud_storage_credentials_reach_the_fetch_only() -> None:
+    azure_env = {
+        name: {"secret": "blob", "key": name.lower()}
+        for name in ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_SAS_TOKEN")
+    }
+    service = edit(
+        load_example(LLM),
+        credentials={"env": azure_env, "gcpKeySecret": {"secret": "gcp", "key": "sa.json"}},
+    )
+    manifests = render(service).manifests
+    fetching = 0
+    for workload, template in pod_templates(manifests):
+        pod = template["spec"]
+        name = workload["metadata"]["name"]
+        fetch = next((i for i in pod.get("initContainers", []) if i["name"] == "fetch"), None)
+        if fetch is None:
+            continue
+        fetching += 1
+        env = {e["name"]: e for e in fetch["env"]}
+        assert set(azure_env) <= set(env), name
+        key_path = env["GOOGLE_APPLICATION_CREDENTIALS"]["value"]
+        mount = next(m for m in fetch["volumeMounts"] if m["name"] == "gcp-key")
+        assert mount["readOnly"] and key_path == f"{mount['mountPath']}/key.json", name
+        volume = next(v for v in pod["volumes"] if v["name"] == "gcp-key")
+        assert volume["secret"] == {
+            "secretName": "gcp",
+            "items": [{"key": "sa.json", "path": "key.json"}],
+        }, name
+        for container in pod["containers"]:  # the server never sees them
+            assert "gcp-key" not in {m["name"] for m in container.get("volumeMounts", [])}
+            names = {e["name"] for e in container.get("env", [])}
+            assert not names & {*azure_env, "GOOGLE_APPLICATION_CREDENTIALS"}, name
+    assert fetching >= 3  # serving, canary, batch (and pre-pull on a host cache)
+
+
 # -- 6. GKE spot notice ---------------------------------------------------------------
 
 

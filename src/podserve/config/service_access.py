@@ -22,7 +22,17 @@ from pydantic import Field
 from podserve.config.service_base import _DNS_SUBDOMAIN, _Spec
 
 # The variables the fetchers read (storage/fetchers/base.py: AWS_*, HF_ENDPOINT, HF_TOKEN).
-FETCH_ENV = r"^(HF_TOKEN|HF_ENDPOINT|AWS_[A-Z0-9_]+|PODSERVE_S3_ENDPOINT_URL)$"
+FETCH_ENV = (
+    r"^(HF_TOKEN|HF_ENDPOINT|AWS_[A-Z0-9_]+|PODSERVE_S3_ENDPOINT_URL"
+    # storage/fetchers/azure_blob.py: the account's own secrets and a service principal.
+    r"|AZURE_STORAGE_(CONNECTION_STRING|SAS_TOKEN|KEY|ACCESS_KEY)"
+    r"|AZURE_(CLIENT_ID|TENANT_ID|CLIENT_SECRET)|PODSERVE_AZURE_BLOB_ENDPOINT"
+    # storage/fetchers/gcs.py; a key file is a path, so it comes from gcpKeySecret instead.
+    r"|PODSERVE_GCS_[A-Z_]+)$"
+)
+# Where gcpKeySecret's key file is mounted in the fetch containers (read-only).
+GCP_KEY_DIR = "/var/run/secrets/podserve/gcp"
+GCP_KEY_FILE = "key.json"
 
 
 class SecretKey(_Spec):
@@ -42,7 +52,16 @@ class Credentials(_Spec):
         default_factory=dict,
         description="Single variables from Secret keys, e.g. `HF_TOKEN: {secret: hf, key: "
         "token}`; names are those `podserve fetch` reads (HF_TOKEN, HF_ENDPOINT, AWS_*, "
-        "PODSERVE_S3_ENDPOINT_URL).",
+        "PODSERVE_S3_ENDPOINT_URL, AZURE_STORAGE_CONNECTION_STRING / _SAS_TOKEN / _KEY, "
+        "AZURE_CLIENT_ID / _TENANT_ID / _CLIENT_SECRET, PODSERVE_GCS_*, "
+        "PODSERVE_AZURE_BLOB_ENDPOINT).",
+    )
+    gcp_key_secret: SecretKey | None = Field(
+        None,
+        description="A Google service-account key file in a Secret, for gs:// outside GKE "
+        "Workload Identity: mounted read-only into the fetch containers only, with "
+        "GOOGLE_APPLICATION_CREDENTIALS pointing at it (google-auth's default chain). "
+        "Prefer gcpServiceAccount on GKE: no long-lived key.",
     )
     aws_role_arn: str | None = Field(
         None,

@@ -22,6 +22,7 @@ from podserve.kube.render.placement import (
 from podserve.kube.render.pod import (
     cache_volume,
     container_security,
+    credential_volumes,
     fetch_steps,
     identity_labels,
     pod_security,
@@ -108,6 +109,7 @@ def prepull_daemonset(service: ModelService) -> Manifest:
         volume = cache_volume(service)
         assert volume is not None
         volumes.append(volume)
+        volumes += credential_volumes(service)
         # The serving pods run the same two steps; here they fill the node ahead of them.
         init += fetch_steps(service, spec.model, spec.image)
         skips.update(fetch_pod_reasons(service))

@@ -9,6 +9,7 @@ import hashlib
 from typing import Any
 
 from podserve.config.model_service import Image, ModelService, ModelSource
+from podserve.config.service_access import GCP_KEY_DIR, GCP_KEY_FILE
 from podserve.kube import conventions as c
 from podserve.kube.plan import (
     LIVENESS_FAILURES,
@@ -83,12 +84,41 @@ def _credential_env(service: ModelService) -> dict[str, Any]:
     result: dict[str, Any] = {}
     if creds.secret:
         result["envFrom"] = [{"secretRef": {"name": creds.secret}}]
-    if creds.env:
-        result["env"] = [
-            {"name": name, "valueFrom": {"secretKeyRef": {"name": ref.secret, "key": ref.key}}}
-            for name, ref in sorted(creds.env.items())
-        ]
+    env: list[dict[str, Any]] = [
+        {"name": name, "valueFrom": {"secretKeyRef": {"name": ref.secret, "key": ref.key}}}
+        for name, ref in sorted(creds.env.items())
+    ]
+    if creds.gcp_key_secret is not None:
+        # google-auth's default chain reads the key file this names (google.auth.default).
+        env.append(
+            {"name": "GOOGLE_APPLICATION_CREDENTIALS", "value": f"{GCP_KEY_DIR}/{GCP_KEY_FILE}"}
+        )
+    if env:
+        result["env"] = env
     return result
+
+
+def credential_volumes(service: ModelService) -> list[dict[str, Any]]:
+    """The key-file Secret of `credentials.gcpKeySecret`, for the pods that run the fetch:
+    a file, not an environment variable, because google-auth reads a path (and checkov's
+    CKV_K8S_35 prefers secrets as files)."""
+    creds = service.spec.credentials
+    if creds is None or creds.gcp_key_secret is None:
+        return []
+    ref = creds.gcp_key_secret
+    return [
+        {
+            "name": "gcp-key",
+            "secret": {"secretName": ref.secret, "items": [{"key": ref.key, "path": GCP_KEY_FILE}]},
+        }
+    ]
+
+
+def _credential_mounts(service: ModelService) -> list[dict[str, Any]]:
+    return [
+        {"name": v["name"], "mountPath": GCP_KEY_DIR, "readOnly": True}
+        for v in credential_volumes(service)
+    ]
 
 
 def fetch_container(
@@ -119,6 +149,7 @@ def fetch_container(
         "volumeMounts": [
             {"name": "cache", "mountPath": c.CACHE_DIR},
             {"name": "tmp", "mountPath": "/tmp"},
+            *_credential_mounts(service),
         ],
     }
 
@@ -259,6 +290,7 @@ def volumes(service: ModelService, plan: Plan, *, with_config: bool) -> list[dic
     # tmpfs counts against the memory limit; the limit already includes this size.
     result.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": plan.shm}})
     result.append({"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE}})
+    result += credential_volumes(service)
     if with_config:
         result.append(
             {

@@ -24,11 +24,24 @@ from podserve.kube.lint.signals import args_of, env_names, service_account
 from podserve.kube.types import Severity
 
 _URI = re.compile(r"^(hf|s3|gs|gcs|az|abfss?|wasbs?)://")
+# Azure Blob as KServe's storage initializer and `podserve fetch` take it: an https URL on
+# the account's blob endpoint (kserve_storage.py `_AZURE_BLOB_RE`; storage/uri.py).
+_AZURE_BLOB = re.compile(
+    r"^https://[a-z0-9]{3,24}\.(blob\.core\.windows\.net|z\d+\.blob\.storage\.azure\.net)/"
+)
 _ENV = {
     "hf": {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_HUB_TOKEN"},
     "s3": {"AWS_ACCESS_KEY_ID", "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_PROFILE"},
     "gs": {"GOOGLE_APPLICATION_CREDENTIALS"},
-    "az": {"AZURE_CLIENT_ID", "AZURE_STORAGE_KEY", "AZURE_STORAGE_CONNECTION_STRING"},
+    # storage/fetchers/azure_blob.py's order; AZURE_STORAGE_ACCESS_KEY is KServe's name.
+    "az": {
+        "AZURE_CLIENT_ID",
+        "AZURE_FEDERATED_TOKEN_FILE",
+        "AZURE_STORAGE_KEY",
+        "AZURE_STORAGE_ACCESS_KEY",
+        "AZURE_STORAGE_SAS_TOKEN",
+        "AZURE_STORAGE_CONNECTION_STRING",
+    },
 }
 _SA_ANNOTATIONS = {
     "s3": "eks.amazonaws.com/role-arn",
@@ -37,7 +50,13 @@ _SA_ANNOTATIONS = {
 }
 
 
+def _is_source(arg: str) -> bool:
+    return bool(_URI.match(arg) or _AZURE_BLOB.match(arg))
+
+
 def _family(uri: str) -> str:
+    if _AZURE_BLOB.match(uri):
+        return "az"
     scheme = uri.split("://", 1)[0]
     return {"gcs": "gs", "abfs": "az", "abfss": "az", "wasb": "az", "wasbs": "az"}.get(
         scheme, scheme
@@ -72,11 +91,11 @@ def _fetches(pod: PodView) -> Iterator[tuple[Container, str]]:
     containers = pod.containers(init=True)
     for ctr in containers:
         for arg in args_of(ctr):
-            if _URI.match(arg):
+            if _is_source(arg):
                 yield ctr, arg
     if pod.kind == "InferenceService" and containers:
         for uri in pod.extra_models:
-            if _URI.match(uri):
+            if _is_source(uri):
                 yield containers[0], uri
 
 
