@@ -11,24 +11,33 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from podserve.core.errors import InvalidInput  # noqa: E402
-from podserve.generation.penalties import TokenCounts, apply_penalties  # noqa: E402
+from podserve.generation.penalties import TokenCounts  # noqa: E402
 from podserve.generation.sampling import Sampler, SamplingParams, sample_rows  # noqa: E402
 from podserve.protocol.openai.completions import CompletionRequest  # noqa: E402
 
 
 def test_the_arithmetic_matches_openais_formula_by_hand() -> None:
-    logits = torch.tensor([[1.0, 2.0, 3.0, 0.5], [1.0, 2.0, 3.0, 0.5]])
-    counts = torch.tensor([[0.0, 1.0, 3.0, 0.0], [2.0, 0.0, 1.0, 0.0]])
-    apply_penalties(
-        logits,
-        counts,
-        presence=torch.tensor([0.5, -1.0]),
-        frequency=torch.tensor([1.0, 0.25]),
-    )
-    # row 0: t1: 2 - 1*1 - 0.5 = 0.5; t2: 3 - 1*3 - 0.5 = -0.5; unseen tokens unchanged
-    # row 1 (a negative presence raises seen tokens): t0: 1 - 0.25*2 + 1 = 1.5;
-    #        t2: 3 - 0.25*1 + 1 = 3.75
-    assert logits.tolist() == [[1.0, 0.5, -0.5, 0.5], [1.5, 2.0, 3.75, 0.5]]
+    counts = TokenCounts()
+    a = Sampler(SamplingParams(temperature=0, presence_penalty=0.5, frequency_penalty=1.0))
+    # a negative presence penalty raises the tokens already seen
+    b = Sampler(SamplingParams(temperature=0, presence_penalty=-1.0, frequency_penalty=0.25))
+    counts.penalize(torch.zeros(2, 4), [0, 1], [a, b])  # their first step takes their rows
+    for tokens in ([1, 0], [2, 0], [2, 2]):
+        counts.record([a, b], tokens)
+    counts.record([a], [2])
+    # generated so far: a: t1 once, t2 three times; b: t0 twice, t2 once. Row 1 of the
+    # step is a sequence without penalties, between the two.
+    logits = torch.tensor([[1.0, 2.0, 3.0, 0.5]] * 3)
+    counts.penalize(logits, [0, 2], [a, b])
+    assert logits.tolist() == [
+        [1.0, 2 - 1.0 * 1 - 0.5, 3 - 1.0 * 3 - 0.5, 0.5],  # [1, 0.5, -0.5, 0.5]
+        [1.0, 2.0, 3.0, 0.5],
+        [1 - 0.25 * 2 + 1.0, 2.0, 3 - 0.25 * 1 + 1.0, 0.5],  # [1.5, 2, 3.75, 0.5]
+    ]
+    # every row of a step penalised: the same numbers, in place
+    both = torch.tensor([[1.0, 2.0, 3.0, 0.5]] * 2)
+    counts.penalize(both, [0, 1], [a, b])
+    assert both.tolist() == [logits[0].tolist(), logits[2].tolist()]
 
 
 def steps(
@@ -119,11 +128,12 @@ def test_penalties_without_the_engines_counts_are_refused_not_ignored() -> None:
 @pytest.mark.parametrize("value", [math.nan, math.inf, -2.01, 2.5])
 @pytest.mark.parametrize("field", ["presence_penalty", "frequency_penalty"])
 def test_engine_parameters_refuse_out_of_range_penalties(field: str, value: float) -> None:
+    make = {
+        "presence_penalty": lambda: SamplingParams(presence_penalty=value),
+        "frequency_penalty": lambda: SamplingParams(frequency_penalty=value),
+    }[field]
     with pytest.raises(InvalidInput, match=field):
-        if field == "presence_penalty":
-            SamplingParams(presence_penalty=value)
-        else:
-            SamplingParams(frequency_penalty=value)
+        make()
 
 
 def test_wire_fields_become_engine_parameters() -> None:

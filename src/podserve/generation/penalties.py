@@ -15,11 +15,13 @@ sampler order: vllm/v1/sample/sampler.py, step 6 before step 7), so they change 
 output too. Log-probabilities stay those of the raw logits (vLLM's default
 `logprobs_mode`, "raw_logprobs").
 
-The counts are kept incrementally, as vLLM v1's `PenaltiesState.output_bin_counts`: one
-`[rows, vocab]` tensor, one row per penalised sequence, and after each step one
-`index_put_` adds 1 at every penalised row's sampled token. A step never recounts a
-sequence's tokens, and the penalty for the step's penalised rows is one gather and one
-fused subtraction. Sequences whose penalties are 0 get no row and cost nothing.
+Kept incrementally, as vLLM v1 keeps `PenaltiesState.output_bin_counts` across steps: one
+row per penalised sequence in two `[rows, vocab]` tensors, the counts and the penalty
+they give. After a step, its sampled tokens are counted and their penalties recomputed
+(`frequency * count + presence`) with a few ops over one element per row; the next step
+then subtracts the whole penalty of its penalised rows with one gather and one indexed
+subtraction. Nothing is recounted, the step's work over the vocabulary is the least it
+can be, and sequences whose penalties are 0 get no row and cost nothing.
 
 A preempted sequence keeps its row: it keeps its generated tokens (recompute keeps the
 ids), so its counts stay right. The engine releases a row when the sequence ends.
@@ -33,21 +35,8 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     import torch
 
-# Rows allocated at first; the tensor doubles when every row is taken.
+# Rows allocated at first; the tensors double when every row is taken.
 _FIRST_ROWS = 4
-
-
-def apply_penalties(
-    logits: torch.Tensor,
-    counts: torch.Tensor,
-    presence: torch.Tensor,
-    frequency: torch.Tensor,
-) -> None:
-    """In place: `logits[i, t] -= frequency[i] * counts[i, t] + presence[i] * (counts[i, t] > 0)`.
-
-    `logits` and `counts` are `[rows, vocab]`; `presence` and `frequency` are `[rows]`."""
-    seen = (counts > 0).to(logits.dtype)
-    logits.sub_(frequency.unsqueeze(1) * counts + presence.unsqueeze(1) * seen)
 
 
 class Penalised(Protocol):
@@ -63,16 +52,20 @@ class Penalised(Protocol):
 
 
 class TokenCounts:
-    """The generated-token counts of one engine's penalised sequences.
+    """The generated-token counts, and the penalties they give, of one engine's penalised
+    sequences.
 
     The engine calls it under its lock (the step thread samples; an abort on another
     thread releases). A row is taken at a sequence's first penalised step and given back
     by `release`."""
 
-    __slots__ = ("_counts", "_free")
+    __slots__ = ("_counts", "_free", "_frequency", "_penalty", "_presence")
 
     def __init__(self) -> None:
-        self._counts: torch.Tensor | None = None  # [rows, vocab] float32 counts
+        self._counts: torch.Tensor | None = None  # [rows, vocab]: times each token was sampled
+        self._penalty: torch.Tensor | None = None  # [rows, vocab]: what to subtract
+        self._presence: torch.Tensor | None = None  # [rows]
+        self._frequency: torch.Tensor | None = None  # [rows]
         self._free: list[int] = []
 
     @property
@@ -92,31 +85,28 @@ class TokenCounts:
             return
         device = logits.device
         rows = torch.tensor([self._row(o, logits) for o in owners], device=device)
-        every_row = len(positions) == logits.shape[0]
-        where = None if every_row else torch.tensor(positions, device=device)
-        # every row penalised: in place; otherwise a gather of those rows and a put back
-        picked = logits if where is None else logits[where]
-        apply_penalties(
-            picked,
-            self._tensor()[rows],
-            torch.tensor([o.presence_penalty for o in owners], dtype=logits.dtype, device=device),
-            torch.tensor([o.frequency_penalty for o in owners], dtype=logits.dtype, device=device),
-        )
-        if where is not None:
-            logits[where] = picked
+        penalty = self._tensors()[1][rows].to(logits.dtype)
+        if len(positions) == logits.shape[0]:  # every row of the step is penalised
+            logits.sub_(penalty)
+        else:
+            logits.index_add_(0, torch.tensor(positions, device=device), penalty, alpha=-1)
 
     def record(self, owners: Sequence[Penalised], tokens: Sequence[int]) -> None:
-        """Count each owner's sampled token: one `index_put_` for the whole step."""
+        """Count each owner's sampled token and recompute that token's penalty from its
+        count, exactly as the formula says (not by summing increments, which would drift)."""
         import torch
 
         if not owners:
             return
-        counts = self._tensor()
+        counts, penalty, presence, frequency = self._tensors()
         device = counts.device
         rows = torch.tensor([self._held_row(o) for o in owners], device=device)
         ids = torch.tensor(list(tokens), device=device)
-        ones = torch.ones(len(owners), dtype=counts.dtype, device=device)
-        counts.index_put_((rows, ids), ones, accumulate=True)
+        index = (rows, ids)
+        # one row per sequence, so no (row, token) pair repeats: plain indexed writes
+        count = counts[index] + 1
+        counts[index] = count
+        penalty[index] = frequency[rows] * count + presence[rows]
 
     def release(self, owner: Penalised) -> None:
         """The sequence ended: its row is free (zeroed when it is taken again)."""
@@ -129,17 +119,27 @@ class TokenCounts:
 
         if owner.count_row is not None:
             return owner.count_row
-        counts = self._counts
-        if counts is None:
-            counts = torch.zeros(_FIRST_ROWS, logits.shape[-1], device=logits.device)
+        if self._counts is None:
+            vocab = int(logits.shape[-1])
+            self._counts = torch.zeros(_FIRST_ROWS, vocab, device=logits.device)
+            self._penalty = torch.zeros(_FIRST_ROWS, vocab, device=logits.device)
+            self._presence = torch.zeros(_FIRST_ROWS, device=logits.device)
+            self._frequency = torch.zeros(_FIRST_ROWS, device=logits.device)
             self._free = list(range(_FIRST_ROWS - 1, -1, -1))
         elif not self._free:
+            counts, penalty, presence, frequency = self._tensors()
             rows = int(counts.shape[0])
-            counts = torch.cat([counts, torch.zeros_like(counts)])
+            self._counts = torch.cat([counts, torch.zeros_like(counts)])
+            self._penalty = torch.cat([penalty, torch.zeros_like(penalty)])
+            self._presence = torch.cat([presence, torch.zeros_like(presence)])
+            self._frequency = torch.cat([frequency, torch.zeros_like(frequency)])
             self._free = list(range(2 * rows - 1, rows - 1, -1))
-        self._counts = counts
+        counts, penalty, presence, frequency = self._tensors()
         row = self._free.pop()
         counts[row].zero_()
+        penalty[row].zero_()
+        presence[row] = owner.presence_penalty
+        frequency[row] = owner.frequency_penalty
         owner.count_row = row
         return row
 
@@ -148,7 +148,12 @@ class TokenCounts:
             raise RuntimeError("a token was recorded for a sequence that was never penalised")
         return owner.count_row
 
-    def _tensor(self) -> torch.Tensor:
-        if self._counts is None:
+    def _tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        if (
+            self._counts is None
+            or self._penalty is None
+            or self._presence is None
+            or self._frequency is None
+        ):
             raise RuntimeError("no sequence has been penalised yet")
-        return self._counts
+        return self._counts, self._penalty, self._presence, self._frequency
