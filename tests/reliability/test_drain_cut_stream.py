@@ -14,7 +14,7 @@ What each client sees, as documented in docs/operations.md:
 How the streams stay in flight until the cut without timing: every client stops
 reading after its first event, with a small receive buffer, so the server's sends stall
 on TCP backpressure (thousands of tokens, hundreds of KB, against ~100 KB of socket and
-transport buffers); and each asks for 1,500 tokens with `ignore_eos` from a copy of the
+transport buffers); and each asks for 1,900 tokens with `ignore_eos` from a copy of the
 tiny LM whose context is raised to 2,048 positions (only the position limit changes; the
 text past 512 positions is nonsense, which does not matter here). If a stream finished
 before the cut, its assertions fail: they cannot pass by accident.
@@ -45,7 +45,7 @@ pytestmark = pytest.mark.slow
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROMPT = "def main():"
-TOKENS = 1500
+TOKENS = 1900  # of 2,048 positions: at >= 1 ms a step, seconds past the cut
 RCVBUF = 4096  # bytes; the kernel doubles it, and it stops receive-window autotuning
 CUT_LINE = "drain timeout expired; cutting in-flight requests"
 
