@@ -55,7 +55,7 @@ class CuttableServicer(InferenceServicer):
         grace would otherwise wait for these streams (the client keeps them open): a
         tritonclient stream left open made every idle exit take the whole 1 s grace.
         Returns how many were open."""
-        for call in self._streams:
+        for call in list(self._streams):  # each leaves the set when its task ends
             call.close_when_idle()
         return len(self._streams)
 
