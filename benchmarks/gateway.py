@@ -559,6 +559,13 @@ def capacity(direct: dict[str, Any], via: dict[str, Any]) -> dict[str, Any]:
         "cpu_bound_rps_direct": round(cores * 1e6 / direct_total) if direct_total else None,
         "cpu_bound_rps_gateway": round(cores * 1e6 / via_total) if via_total else None,
         "cpu_bound_ratio": round(direct_total / via_total, 3) if via_total else None,
+        # The same bound with the pod and load generator at their direct cost, so only
+        # the gateway's own CPU (net of idle) differs: the pod's cost per request moves
+        # with its batch sizes, which follow the throughput, not the gateway.
+        "ratio_bound_gateway_cpu_only": round(direct_total / (direct_total + gw_net_us), 3)
+        if direct_total
+        else None,
+        "gateway_net_us_allowed_for_0_9x": round(direct_total / 9, 1),
         "arithmetic": (
             f"{cores} cores: direct {cores}e6/({dc['pod']['us_per_request']}+"
             f"{dc['loadgen']['us_per_request']}) vs gateway {cores}e6/("
@@ -1123,9 +1130,15 @@ def phase_retries(work: Path, requests: int) -> dict[str, Any]:
                     header: request in to reply out), and the machine's load meanwhile:
                     on a saturated box the gap between the two is waiting for a core."""
                     samples, own, refused = [], [], 0
-                    meter = CpuMeter({"gateway": gw.proc.pid} if gw.proc else {})
+                    # Per request: how long the gateway's threads sat runnable without a
+                    # core while it was being answered (schedstat), against its own time.
+                    unstarved: list[float] = []
+                    assert gw.proc is not None
+                    pid = gw.proc.pid
+                    meter = CpuMeter({"gateway": pid})
                     with meter.measure():
                         for _ in range(50):
+                            waited = runqueue_wait_s(pid)
                             started = time.perf_counter()
                             reply = http.post(
                                 "/v2/models/iris/infer",
@@ -1133,9 +1146,11 @@ def phase_retries(work: Path, requests: int) -> dict[str, Any]:
                                 headers=headers,
                             )
                             samples.append(time.perf_counter() - started)
+                            waited = runqueue_wait_s(pid) - waited
                             refused += reply.status_code == 503 and "retry-after" in reply.headers
                             with contextlib.suppress(KeyError, ValueError):
                                 own.append(float(reply.headers[OVERHEAD]) / 1000)
+                                unstarved.append(own[-1] - waited)
                     return {
                         "requests": 50,
                         "503_with_retry_after": refused,
@@ -1145,6 +1160,9 @@ def phase_retries(work: Path, requests: int) -> dict[str, Any]:
                         "over_50ms": sum(1 for v in samples if v > 0.05),
                         "gateway_own_p50_ms": pct(own, 50),
                         "gateway_own_max_ms": round(max(own) * 1000, 2) if own else None,
+                        "gateway_own_less_runqueue_wait_max_ms": round(max(unstarved) * 1000, 2)
+                        if unstarved
+                        else None,
                         "machine": meter.machine(),
                     }
 

@@ -320,3 +320,44 @@ def test_metrics_and_spend_agree(gateway: GatewayProcess, client: openai.OpenAI)
     text = run_cli(Path(gateway.config_path), "spend", "--by", "model")
     assert text.returncode == 0
     assert "tiny-lm" in text.stdout
+
+
+def test_the_edge_answers_unknown_routes_and_methods_with_json(
+    gateway: GatewayProcess, key: str
+) -> None:
+    auth = {"authorization": f"Bearer {key}"}
+    body = {
+        "inputs": [
+            {"name": "features", "shape": [1, 4], "datatype": "FP32", "data": [5.1, 3.5, 1.4, 0.2]}
+        ]
+    }
+    raw = json.dumps(body).encode()
+
+    def chunks(data: bytes, size: int) -> Iterator[bytes]:
+        for i in range(0, len(data), size):
+            yield data[i : i + size]
+
+    with httpx.Client(base_url=gateway.url, timeout=30) as http:
+        unknown = http.get("/v1/nope", headers=auth)
+        wrong_method = http.get("/v1/completions", headers=auth)
+        bad_v2 = http.post("/v2/models/iris/bogus", json=body, headers=auth)
+        empty_name = http.post("/v2/models//infer", json=body, headers=auth)
+        versioned = http.post("/v2/models/iris/versions/1/infer", json=body, headers=auth)
+        # A chunked upload arrives as several ASGI messages: read whole, and capped.
+        chunked = http.post("/v2/models/iris/infer", content=chunks(raw, 7), headers=auth)
+        too_big = http.post(
+            "/v1/completions",
+            content=chunks(json.dumps({"model": "tiny-lm", "prompt": "x" * 70_000}).encode(), 4096),
+            headers=auth,
+        )
+    for reply in (unknown, bad_v2, empty_name):
+        assert reply.status_code == 404, reply.text
+        assert reply.json()["error"]["type"] == "invalid_request_error"
+    assert wrong_method.status_code == 405
+    assert wrong_method.headers["allow"] == "POST"
+    assert "GET" in wrong_method.json()["error"]["message"]
+    assert versioned.status_code == 200, versioned.text
+    assert chunked.status_code == 200, chunked.text
+    assert chunked.json()["outputs"] == versioned.json()["outputs"]
+    assert too_big.status_code == 413
+    assert "65536" in too_big.json()["error"]["message"]
