@@ -1,7 +1,7 @@
 """`podserve consume` against `podserve serve` on the same models at the same concurrency,
 and the kill -9 exactly-once run.
 
-    .venv/bin/python benchmarks/consume.py [--seconds 8] [--rounds 4] [--concurrency 32]
+    .venv/bin/python benchmarks/consume.py [--seconds 8] [--rounds 4] [--concurrency 32] [--pin]
 
 Each side is a closed loop of `--concurrency` outstanding requests: HTTP clients (podserve's
 lean HTTP/1.1 client) each POST and wait for the answer; stream producers each XADD an
@@ -12,7 +12,12 @@ comparison does not charge the queue for redis-py's per-command Python. The side
 interleaved, `--rounds` short segments each, against the same models, data plane and
 machine; the report gives the median per-round ratio of entries/s to requests/s per model
 (target: not below 1) and the CPU milliseconds each request cost in every process of its
-side (server + client; consumer + redis + producer). It also times one consumer draining
+side (server + client; consumer + redis + producer), the CPU capacity ratios those imply
+(requests per CPU-second, HTTP's cost over consume's: with Redis, without Redis, and the
+pod's process alone), and Redis' own time per entry by command (INFO commandstats).
+`--pin` puts redis-server on CPU 1 and everything else (server, consumer, clients and
+producers) on CPU 0: Redis on a core of its own, as on a cluster where it runs on another
+node, and both sides sharing the same one core otherwise. It also times one consumer draining
 a 10,000-entry backlog queued before it starts (what a consumer woken from zero by KEDA
 does), against the HTTP rate.
 
@@ -74,6 +79,17 @@ BODIES: dict[str, bytes] = {
 }
 
 
+# --pin: the CPUs redis-server and everything else may run on (None: any).
+REDIS_CPUS: set[int] | None = None
+OTHER_CPUS: set[int] | None = None
+
+
+def _pin(cpus: set[int] | None) -> None:
+    """Runs in the child before exec, so every thread it starts inherits the mask."""
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -104,6 +120,7 @@ def redis_server() -> Iterator[tuple[str, int]]:
     proc = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
         stdout=subprocess.DEVNULL,
+        preexec_fn=lambda: _pin(REDIS_CPUS),
     )
     try:
         client = redis.Redis(port=port)
@@ -146,7 +163,9 @@ def serve(repo: Path, log: Path) -> Iterator[tuple[str, int]]:
         "0",
     ]
     with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=lambda: _pin(OTHER_CPUS)
+        )
         url = f"http://127.0.0.1:{port}"
         try:
             wait_for(lambda: _ready(url), "podserve serve /ready")
@@ -187,7 +206,9 @@ def consume(
         *extra,
     ]
     with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=lambda: _pin(OTHER_CPUS)
+        )
         try:
             wait_for(
                 lambda: b'"consuming"' in log.read_bytes() or proc.poll() is not None, "consumer"
@@ -443,6 +464,15 @@ def compare(
         }
         for run, _pids in sides.values():
             asyncio.run(run(1.0))  # warm-up
+        info = redis.Redis.from_url(url)
+        commands: dict[str, dict[str, int]] = {}  # Redis' time by command, lean rounds only
+        # The model batches each side formed: the server's /metrics, the consumer's port.
+        metrics_url = {
+            "http": f"{http}/metrics",
+            "consume": consumer_metrics_url(root / f"consume-{model}.log"),
+        }
+        metrics_url["consume_lean_producer"] = metrics_url["consume"]
+        batches = {side: [0.0, 0.0] for side in sides}  # rows, model calls
         done = {side: 0 for side in sides}
         errors = {side: 0 for side in sides}
         elapsed = {side: 0.0 for side in sides}
@@ -451,13 +481,22 @@ def compare(
         for _ in range(args.rounds):
             for side, (run, pids) in sides.items():
                 before = {name: cpu_s(pid) for name, pid in pids.items()}
+                lean = side == "consume_lean_producer"
+                stats_before: dict[str, Any] = info.info("commandstats") if lean else {}
+                rows, calls = batch_totals(metrics_url[side])
                 result = asyncio.run(run(segment_s))
+                rows_after, calls_after = batch_totals(metrics_url[side])
+                batches[side][0] += rows_after - rows
+                batches[side][1] += calls_after - calls
+                if lean:
+                    count_commands(commands, stats_before, info.info("commandstats"))
                 for name, pid in pids.items():
                     cpu[side][name] = cpu[side].get(name, 0.0) + cpu_s(pid) - before[name]
                 done[side] += result["completed"]
                 errors[side] += result["errors"]
                 elapsed[side] += result["completed"] / max(result["per_s"], 1e-9)
                 rates[side].append(result["per_s"])
+        info.close()
     out: dict[str, Any] = {}
     for side in sides:
         n = max(1, done[side])
@@ -469,16 +508,69 @@ def compare(
             "per_s": round(done[side] / max(elapsed[side], 1e-9), 1),
             "per_round_per_s": [round(r) for r in rates[side]],
             "cpu_ms_per_request": per,
+            "mean_model_batch": round(batches[side][0] / max(1.0, batches[side][1]), 2),
         }
     for side in ("consume", "consume_lean_producer"):
         ratios = [a / b for a, b in zip(rates[side], rates["http"], strict=True)]
         key = "consume_over_http" if side == "consume" else "consume_lean_over_http"
         out[key] = round(statistics.median(ratios), 3)
         out[key.replace("over_http", "per_round")] = [round(r, 3) for r in ratios]
+    lean_n = max(1, out["consume_lean_producer"]["completed"])
+    out["redis_per_entry"] = {
+        name: {"calls": round(v["calls"] / lean_n, 3), "usec": round(v["usec"] / lean_n, 2)}
+        for name, v in sorted(commands.items(), key=lambda kv: -kv[1]["usec"])
+        if v["calls"]
+    }
+    http_cpu = out["http"]["cpu_ms_per_request"]
+    lean_cpu = out["consume_lean_producer"]["cpu_ms_per_request"]
+    # Requests per CPU-second, HTTP's cost over consume's: above 1, consume costs less.
+    out["cpu_capacity"] = {
+        "with_redis": round(http_cpu["total"] / lean_cpu["total"], 3),
+        "without_redis": round(
+            http_cpu["total"] / (lean_cpu["consumer"] + lean_cpu["producer"]), 3
+        ),
+        "pod_only": round(http_cpu["server"] / lean_cpu["consumer"], 3),
+    }
     drained = drain_rate(url, root, model)
     out["backlog_drain"] = drained
     out["drain_over_http"] = round(drained["per_s"] / out["http"]["per_s"], 3)
     return out
+
+
+def consumer_metrics_url(log: Path) -> str:
+    """The consumer's metrics port, from its "consuming" log line (--metrics-port 0)."""
+    for line in log.read_text().splitlines():
+        if '"consuming"' in line:
+            return f"http://127.0.0.1:{json.loads(line)['metrics_port']}/metrics"
+    raise RuntimeError(f"{log}: no 'consuming' line")
+
+
+def batch_totals(url: str) -> tuple[float, float]:
+    """Rows batched and model calls so far (podserve_batch_size's _sum and _count)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    rows = calls = 0.0
+    for family in text_string_to_metric_families(httpx.get(url, timeout=10).text):
+        for sample in family.samples:
+            if sample.name == "podserve_batch_size_sum":
+                rows += sample.value
+            elif sample.name == "podserve_batch_size_count":
+                calls += sample.value
+    return rows, calls
+
+
+def count_commands(
+    into: dict[str, dict[str, int]], before: dict[str, Any], after: dict[str, Any]
+) -> None:
+    """Add the calls and microseconds each command took between two INFO commandstats."""
+    for key, now in after.items():
+        name = key.removeprefix("cmdstat_")
+        if name == "info":
+            continue  # ours
+        was = before.get(key, {"calls": 0, "usec": 0})
+        acc = into.setdefault(name, {"calls": 0, "usec": 0})
+        acc["calls"] += int(now["calls"]) - int(was["calls"])
+        acc["usec"] += int(now["usec"]) - int(was["usec"])
 
 
 def drain_rate(redis_url: str, root: Path, model: str, total: int = 10_000) -> dict[str, Any]:
@@ -546,12 +638,23 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--models", nargs="*", default=sorted(BODIES))
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="redis-server on CPU 1, everything else on CPU 0 (Redis on a core of its own)",
+    )
     args = parser.parse_args()
+    global REDIS_CPUS, OTHER_CPUS
+    if args.pin:
+        REDIS_CPUS, OTHER_CPUS = {1}, {0}
+        _pin(OTHER_CPUS)  # this process: the HTTP clients and the producers
     report: dict[str, Any] = {
         "concurrency": args.concurrency,
         "seconds": args.seconds,
         "rounds": args.rounds,
         "cpus": os.cpu_count(),
+        "pinned": args.pin,
+        "load_average_at_start": os.getloadavg(),
         "models": {},
     }
     with (
@@ -569,10 +672,15 @@ def main() -> int:
                 f"{line['backlog_drain']['per_s']:.0f}/s (x{line['drain_over_http']} the "
                 f"http rate); CPU ms per request: http {line['http']['cpu_ms_per_request']}, "
                 f"consume {line['consume']['cpu_ms_per_request']}, lean "
-                f"{line['consume_lean_producer']['cpu_ms_per_request']}",
+                f"{line['consume_lean_producer']['cpu_ms_per_request']}; mean model batch http "
+                f"{line['http']['mean_model_batch']}, lean "
+                f"{line['consume_lean_producer']['mean_model_batch']}; CPU capacity "
+                f"consume/http {line['cpu_capacity']}; redis us per entry "
+                f"{ {k: v['usec'] for k, v in list(line['redis_per_entry'].items())[:4]} }",
                 flush=True,
             )
         report["kill_9"] = kill_9_run(url, root)
+        report["load_average_at_end"] = os.getloadavg()
         print(f"kill -9: {json.dumps(report['kill_9'])}", flush=True)
     out = (
         REPO
