@@ -575,7 +575,14 @@ def capacity(direct: dict[str, Any], via: dict[str, Any]) -> dict[str, Any]:
 
 
 def profile_gateway(
-    pid: int, url: str, path: str, body: bytes, headers: dict[str, str], seconds: float, out: Path
+    pid: int,
+    url: str,
+    path: str,
+    body: bytes,
+    headers: dict[str, str],
+    seconds: float,
+    out: Path,
+    clients: int = 64,
 ) -> dict[str, Any]:
     """py-spy (sampling, from outside the process: nothing in the gateway changes) over a
     closed loop through the gateway; the raw collapsed stacks go to `out`, the top
@@ -584,7 +591,7 @@ def profile_gateway(
     args = [spy, "record", "-p", str(pid), "-d", str(int(seconds)), "-r", "250"]
     args += ["--format", "raw", "--nonblocking", "-o", str(out)]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    asyncio.run(closed_loop(url, path, body, 64, seconds, headers))
+    asyncio.run(closed_loop(url, path, body, clients, seconds, headers))
     proc.wait(timeout=60)
     inclusive: Counter[str] = Counter()
     own: Counter[str] = Counter()

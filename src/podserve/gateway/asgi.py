@@ -12,6 +12,7 @@ https://asgi.readthedocs.io/en/latest/specs/www.html).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -183,24 +184,20 @@ class App:
             refusal.headers.append((b"allow", ", ".join(sorted(methods)).encode()))
             await refusal.send_to(send)
             return
-        started = False
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            started = True
-            await send(message)
-
         try:
-            reply = await handler(Call(scope, receive, tracking_send, params))
+            reply = await handler(Call(scope, receive, send, params))
             if reply is not None:
-                await reply.send_to(tracking_send)
+                await reply.send_to(send)
                 if reply.after is not None:
                     await reply.after()
         except ClientGone:
             return
         except Exception:
             log.exception("gateway request failed", extra={"path": scope["path"]})
-            if not started:  # else the server closes the connection mid-response
+            # A response already under way cannot become a 500: uvicorn refuses a second
+            # start with RuntimeError (uvicorn/protocols/http/httptools_impl.py, send) and
+            # closes the connection, which is all that is left to do.
+            with contextlib.suppress(RuntimeError):
                 await _error(500, "internal gateway error").send_to(send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:

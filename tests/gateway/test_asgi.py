@@ -1,0 +1,63 @@
+"""The bare ASGI edge in process: the route table, and a handler's crash answered as a JSON
+500 (the proxied routes run against real pods in test_proxy)."""
+
+from __future__ import annotations
+
+import json
+
+from podserve.gateway.asgi import App, Call, Message, Reply, Routes
+
+
+async def _ok(_call: Call) -> Reply:
+    return Reply(200, b"{}")
+
+
+def test_routes_match_exact_paths_and_the_v2_shapes() -> None:
+    routes = Routes()
+    routes.add("GET", "/healthz", _ok)
+    routes.add_v2("GET", "", _ok)
+    routes.add_v2("GET", "ready", _ok)
+    routes.add_v2("POST", "infer", _ok)
+    routes.add_v2("POST", "versions/infer", _ok)
+    assert routes.match("/healthz") == ({"GET": _ok}, {})
+    assert routes.match("/v2/models/iris") == ({"GET": _ok}, {"model": "iris"})
+    assert routes.match("/v2/models/iris/ready") == ({"GET": _ok}, {"model": "iris"})
+    assert routes.match("/v2/models/iris/infer") == ({"POST": _ok}, {"model": "iris"})
+    assert routes.match("/v2/models/iris/versions/2/infer") == (
+        {"POST": _ok},
+        {"model": "iris", "version": "2"},
+    )
+    for path in (
+        "/nope",
+        "/v2/models/",
+        "/v2/models//infer",
+        "/v2/models/iris/bogus",
+        "/v2/models/iris/versions//infer",
+        "/v2/models/iris/versions/2/ready",
+        "/v2/models/iris/infer/more",
+    ):
+        assert routes.match(path) is None, path
+
+
+async def test_a_crashing_handler_is_a_json_500() -> None:
+    async def broken(_call: Call) -> Reply:
+        raise ValueError("bug")
+
+    async def never() -> None:
+        raise AssertionError("not called")
+
+    routes = Routes()
+    routes.add("POST", "/x", broken)
+    app = App(routes, never, never)
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/x", "headers": []}
+    await app(scope, receive, send)
+    assert sent[0]["status"] == 500
+    assert json.loads(sent[1]["body"])["error"]["message"] == "internal gateway error"
