@@ -6,7 +6,10 @@ Penalties: OpenAI's API reference (platform.openai.com/docs/api-reference/comple
 nullable, default 0; vLLM's OpenAI server enforces the same range
 (vllm/sampling_params.py, `_verify_args`). The engine applies them
 (generation/penalties.py). They are shared fields, so Triton's generate extension takes
-them too, as vLLM's Triton backend does, instead of ignoring them as unknown knobs.
+them too, instead of ignoring them as unknown knobs: vLLM's Triton backend builds vLLM's
+`SamplingParams` from the request's `sampling_parameters` JSON, penalties included
+(triton-inference-server/vllm_backend, src/utils/vllm_backend_utils.py,
+`TritonSamplingParams.from_dict`).
 """
 
 from __future__ import annotations
