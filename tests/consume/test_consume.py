@@ -5,16 +5,20 @@ from __future__ import annotations
 import asyncio
 import shutil
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
 import pytest
+import redis.asyncio as aioredis
 from prometheus_client.parser import text_string_to_metric_families
 
-from podserve.consume.consumer import ConsumerPolicy
-from podserve.consume.contract import Api, parse_entry
-from podserve.consume.metrics import MetricsListener
-from podserve.consume.streams import RedisStreams
+from podserve.config.settings import ServerSettings
+from podserve.consume.consumer import Consumer, ConsumerPolicy
+from podserve.consume.contract import Api, StreamEntry, parse_entry
+from podserve.consume.metrics import ConsumerMetrics, MetricsListener
+from podserve.consume.streams import RedisStreams, StreamNames
+from podserve.dataplane.build import build_dataplane
 from tests.consume import replies
 from tests.consume.conftest import consuming, fresh_names, read_stream
 from tests.consume.replies import entries, streams
@@ -448,3 +452,77 @@ async def test_one_flush_writes_results_failures_and_dead_letters_each_as_alone(
         assert await client.hlen(names.failures) == 0
     finally:
         await client.aclose()
+
+
+class _WaveStreams(RedisStreams):
+    """Real streams, with one wave of producers simulated: once armed, the next blocked
+    read is answered with what was there (Redis answers a blocked XREADGROUP after the
+    first XADD of a wave), and the rest of the wave lands right after, while the reply
+    is on its way."""
+
+    def __init__(self, client: aioredis.Redis, names: StreamNames) -> None:
+        super().__init__(client, names)
+        self.rest: list[bytes] = []
+
+    async def read_new(self, count: int, block_ms: int | None) -> list[StreamEntry]:
+        got = await super().read_new(count, block_ms)
+        if got and block_ms is not None and self.rest:
+            rest, self.rest = self.rest, []
+            for body in rest:
+                fields = {b"id": body, b"model": b"double", b"body": v2_body([1, 2, 3])}
+                await self._redis.xadd(self.names.requests, fields)  # type: ignore[arg-type]
+        return got
+
+
+class _RecordingConsumer(Consumer):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.started: list[list[str]] = []
+
+    def _start(self, entries: list[StreamEntry]) -> None:
+        if entries:
+            self.started.append([e.request_id for e in entries])
+        super()._start(entries)
+
+
+async def test_the_rest_of_a_wave_starts_with_its_first_entry_while_busy(
+    redis_url: str, repository: Path, tmp_path: Path
+) -> None:
+    """While entries are in flight, a blocked read that returns early (the first XADD of a
+    wave) is followed by one read without BLOCK, and the wave's entries start together,
+    so the model can batch them, as the HTTP edge batches requests that arrive together.
+    An idle consumer starts a lone entry at once."""
+    write_model(repository, "slow", parameters={"delay_s": 0.5}, batching={"max_batch_size": 4})
+    settings = ServerSettings.build(
+        {"model_repository": repository, "cache_dir": tmp_path / "cache", "models": []}, None
+    )
+    dataplane = build_dataplane(settings, asyncio.get_running_loop())
+    await dataplane.load_preloaded()
+    client = aioredis.Redis.from_url(redis_url)
+    names = fresh_names()
+    streams = _WaveStreams(client, names)
+    consumer = _RecordingConsumer(
+        dataplane, streams, FAST, ConsumerMetrics(names.requests, names.group)
+    )
+    task = asyncio.ensure_future(consumer.run())
+    try:
+        await client.xadd(
+            names.requests, {"id": "lone", "model": "slow", "body": v2_body([1, 1, 1])}
+        )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while consumer.inflight == 0:  # busy with the slow entry
+            assert loop.time() < deadline, "nothing claimed"
+            await asyncio.sleep(0.01)
+        streams.rest = [f"w{i}".encode() for i in range(1, 8)]
+        await client.xadd(
+            names.requests, {"id": "w0", "model": "double", "body": v2_body([1, 2, 3])}
+        )
+        await read_stream(client, names.results, 9)
+    finally:
+        consumer.stop()
+        await task
+        dataplane.stop()
+        await dataplane.close()
+        await client.aclose()
+    assert consumer.started == [["lone"], [f"w{i}" for i in range(8)]]

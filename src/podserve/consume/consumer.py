@@ -125,9 +125,11 @@ class Consumer:
                         self._tasks, timeout=policy.block_ms / 1000, return_when="FIRST_COMPLETED"
                     )
                     continue
-                entries = await self._streams.read_new(
-                    min(policy.read_count, free), policy.block_ms
-                )
+                want = min(policy.read_count, free)
+                busy = bool(self._tasks)
+                entries = await self._streams.read_new(want, policy.block_ms)
+                if busy and 0 < len(entries) < want:
+                    entries += await self._rest_of_wave(want - len(entries))
             except RedisError as exc:
                 # Redis restarting or unreachable: what is in flight keeps its pending
                 # entries; wait a block and try again rather than exit and lose the batch.
@@ -144,6 +146,22 @@ class Consumer:
             if self._tasks:  # still ours while they finish: keep them from being claimed
                 with contextlib.suppress(RedisError):
                     await self._streams.touch([e.entry_id for e in self._tasks.values()])
+
+    async def _rest_of_wave(self, count: int) -> list[StreamEntry]:
+        """The entries that landed while a blocked read was being answered, read at once
+        (no BLOCK). Redis answers a blocked XREADGROUP as soon as an XADD makes the stream
+        ready (redis/redis src/server.c processCommand calls handleClientsBlockedOnKeys()
+        after a command), so the producers of one wave, each on its own connection, wake
+        the consumer with the first entry or few; the rest came one read later, as a
+        second model call. The HTTP edge reads every connection that became readable in
+        one loop turn. Measured in benchmarks/consume.py (iris, c=32): rows per model
+        call 7.4 to 8.1 without this read, 10.0 to 10.2 with it (HTTP: 8.9 to 9.9). Only
+        while entries are in flight: an idle consumer starts a lone entry without the
+        extra round trip."""
+        try:
+            return await self._streams.read_new(count, None)
+        except RedisError:
+            return []  # what the first read got still runs; a lost reply's entries are claimed
 
     def _start(self, entries: list[StreamEntry]) -> None:
         running = self._running

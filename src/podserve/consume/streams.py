@@ -154,7 +154,8 @@ class RedisStreams:
             if "BUSYGROUP" not in str(exc):
                 raise
 
-    async def read_new(self, count: int, block_ms: int) -> list[StreamEntry]:
+    async def read_new(self, count: int, block_ms: int | None) -> list[StreamEntry]:
+        """Up to `count` entries never delivered to the group; `block_ms` None: no wait."""
         reply = await self._redis.xreadgroup(
             self.names.group,
             self.names.consumer,
