@@ -310,3 +310,41 @@ async def test_triton_generate_strict(both: Edges) -> None:
     response = await both.rest.post("/v2/models/tiny-lm/generate", json=body)
     assert response.status_code == 400
     assert "max_tokens" in response.json()["error"]
+
+
+async def grpc_generate(both: Edges, sampling: dict[str, object]) -> tuple[str, str]:
+    """One decoupled ModelStreamInfer generation (the vLLM backend's tensors): the text of
+    its one response (BYTES, length-prefixed) and the in-band error message, if any."""
+    request = pb.ModelInferRequest(model_name="tiny-lm", id="penalties")
+    text = request.inputs.add(name="text_input", datatype="BYTES", shape=[1])
+    text.contents.bytes_contents.append(b"The list of the list of the")
+    params = request.inputs.add(name="sampling_parameters", datatype="BYTES", shape=[1])
+    params.contents.bytes_contents.append(json.dumps(sampling).encode())
+    out, errors = [], []
+    async for reply in both.grpc.ModelStreamInfer(iter([request]), timeout=60):
+        if reply.error_message:
+            errors.append(reply.error_message)
+            continue
+        raw = reply.infer_response.raw_output_contents[0]
+        out.append(raw[4 : 4 + int.from_bytes(raw[:4], "little")].decode())
+    return "".join(out), "".join(errors)
+
+
+async def test_grpc_generation_applies_and_checks_the_penalties(both: Edges) -> None:
+    """gRPC's `sampling_parameters` are the same shared fields as REST's (penalties.py)."""
+    sampling = {"temperature": 0, "max_tokens": 12, "ignore_eos": True}
+    plain, error = await grpc_generate(both, sampling)
+    assert not error
+    penalised, error = await grpc_generate(both, {**sampling, "frequency_penalty": 2.0})
+    assert not error
+    assert penalised != plain
+    rest = await both.rest.post(
+        "/v2/models/tiny-lm/generate",
+        json={
+            "text_input": "The list of the list of the",
+            "parameters": {**sampling, "frequency_penalty": 2.0},
+        },
+    )
+    assert penalised.endswith(rest.json()["text_output"])
+    _, error = await grpc_generate(both, {**sampling, "presence_penalty": 2.5})
+    assert "presence_penalty" in error
