@@ -65,9 +65,7 @@ def tokens_of(
     return [e.token_id for e in engine.submit(rid, ids, params)]
 
 
-def reference(
-    executor: ModelExecutor, prompt: str, presence: float, frequency: float
-) -> list[int]:
+def reference(executor: ModelExecutor, prompt: str, presence: float, frequency: float) -> list[int]:
     """Greedy decoding the slow, obvious way: a full forward over prompt + generated tokens
     at every step (no KV cache, no batch), then OpenAI's formula over a fresh count of the
     generated tokens."""

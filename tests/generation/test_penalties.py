@@ -5,8 +5,13 @@ batch), their rows given back and reused, and the parameters' validation."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 torch = pytest.importorskip("torch")
 
@@ -40,9 +45,7 @@ def test_the_arithmetic_matches_openais_formula_by_hand() -> None:
     assert both.tolist() == [logits[0].tolist(), logits[2].tolist()]
 
 
-def steps(
-    samplers: list[Sampler], logits: torch.Tensor, n: int, counts: TokenCounts
-) -> list[list[int]]:
+def steps(samplers: list[Sampler], logits: Tensor, n: int, counts: TokenCounts) -> list[list[int]]:
     """`n` steps of sample_rows over the same logits for every row (a model that always
     predicts the same thing, so only the penalties change the choice)."""
     out = []
@@ -128,12 +131,12 @@ def test_penalties_without_the_engines_counts_are_refused_not_ignored() -> None:
 @pytest.mark.parametrize("value", [math.nan, math.inf, -2.01, 2.5])
 @pytest.mark.parametrize("field", ["presence_penalty", "frequency_penalty"])
 def test_engine_parameters_refuse_out_of_range_penalties(field: str, value: float) -> None:
-    make = {
+    makers: dict[str, Callable[[], SamplingParams]] = {
         "presence_penalty": lambda: SamplingParams(presence_penalty=value),
         "frequency_penalty": lambda: SamplingParams(frequency_penalty=value),
-    }[field]
+    }
     with pytest.raises(InvalidInput, match=field):
-        make()
+        makers[field]()
 
 
 def test_wire_fields_become_engine_parameters() -> None:

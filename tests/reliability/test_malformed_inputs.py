@@ -5,6 +5,7 @@ strict validation refuses what was silently coerced."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import grpc
@@ -312,7 +313,7 @@ async def test_triton_generate_strict(both: Edges) -> None:
     assert "max_tokens" in response.json()["error"]
 
 
-async def grpc_generate(both: Edges, sampling: dict[str, object]) -> tuple[str, str]:
+async def grpc_generate(both: Edges, sampling: Mapping[str, object]) -> tuple[str, str]:
     """One decoupled ModelStreamInfer generation (the vLLM backend's tensors): the text of
     its one response (BYTES, length-prefixed) and the in-band error message, if any."""
     request = pb.ModelInferRequest(model_name="tiny-lm", id="penalties")
