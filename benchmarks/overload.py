@@ -1,7 +1,7 @@
 """Overload: does a pod keep its goodput, reject fast and stay healthy at 10x capacity?
 
     python benchmarks/overload.py [--duration 60] [--max-queue 8] [--factor 10]
-                                  [--client-nice 19]
+                                  [--client-nice 19] [--client lean|httpx]
 
 One `podserve serve` replica serves `wide-mlp` (examples/models; a compute-heavy ONNX MLP)
 with a small admission queue (`--max-queue`). Every request carries 64 rows, a whole
@@ -21,16 +21,24 @@ batch, so each request costs the same and capacity is a plain number.
 
 Where the CPU goes. On a cluster the clients run on other machines; here they share the
 pod's cores. So each phase reports CPU-seconds from /proc (utime + stime, not wall
-clock): the server's (and of its main thread, the event loop that parses, refuses and
-decodes), the load generator's, and the rest of the machine's (other tenants). Measured
-on a 2-core machine with the clients at the server's priority (`--client-nice 0`): 40
-clients ignoring Retry-After took 2-3 ms of client CPU per attempt (httpx; ~1 ms at
-capacity) and, being always runnable, a CPU share the model's threads needed; the
-server's own refusal costs ~0.02 ms in the app (cProfile) plus the transport. That
-measures the client, not the server. So the load generator runs in its own process at
-`--client-nice 19` by default, in the capacity phases and the overload phases alike (the
-same handicap on both sides of the ratio); the probes and the RSS sampling stay at normal
-priority, as the kubelet would. `--client-nice 0` reproduces the unfair setup.
+clock): the server's, its main thread's (the event loop: parsing, refusals, JSON decoding)
+and its model thread's (onnxruntime runs one intra-op thread inline on it: the runtime
+defaults to the usable CPUs less one, docs/benchmarks.md), the load generator's, and the
+rest of the machine's (other tenants). What that showed (docs/benchmarks.md, Overload):
+
+- The load generator was the expensive side: httpx took 1.9-3.3 ms of client CPU per
+  attempt, against 0.1-0.4 ms of server CPU per refusal (0.02 ms of it in the app, by
+  cProfile; the rest is uvicorn reading past the 330 KB body the client sends anyway).
+  Clients that ignore Retry-After are always runnable, so at the server's priority they
+  take a CPU share the model thread needs: with the model thread, the event loop and the
+  clients all runnable on 2 cores, CFS gives each about 2/3 of a core, about the goodput
+  the issue measured (0.60-0.66x); measured here, the model thread got 0.32-0.57x its
+  capacity-phase CPU with clients at nice 0.
+- So the load generator is podserve bench's raw-asyncio client (`--client lean`, 0.03 ms
+  an attempt; `--client httpx` is the old one), in its own process at `--client-nice 19`
+  in the capacity phases and the overload phases alike (the same handicap on both sides
+  of the ratio). The probes and the RSS sampling stay in this process at normal
+  priority, as the kubelet's would. `--client-nice 0` reproduces the unfair setup.
 
 For each overload phase: goodput (200s per second) and its ratio to capacity, the offered
 attempts per second, rejection latency (p50/p99 of the 503s, as the clients saw them),
