@@ -162,7 +162,8 @@ class _Call:
 
     def _cancel(self) -> None:
         self.cancelled_here = True
-        self.task.cancel()
+        # The message marks a cut for the request metrics (service.py `_code`: 503).
+        self.task.cancel(CUT_MESSAGE if self.cut_asked else None)
 
     async def end(self, context: Context, models: str) -> NoReturn:
         """End a stream: cut (logged) if it still owed an answer, else drained."""

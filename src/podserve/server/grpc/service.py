@@ -73,6 +73,7 @@ from podserve.core.ids import accept_request_id
 from podserve.dataplane import CallContext, DataPlaneAPI
 from podserve.dataplane.model_control import bearer_token
 from podserve.protocol.v2.vllm_tensors import asks_for_generation
+from podserve.server.cut import CUT_MESSAGE
 from podserve.server.errors import status_of
 from podserve.server.grpc import triton
 from podserve.server.grpc._generated import inference_pb2 as pb
@@ -189,7 +190,10 @@ def _code(error: BaseException | None) -> str:
     if error is None:
         return "200"
     if isinstance(error, asyncio.CancelledError):
-        return "499"
+        # The drain timeout's cut (server/grpc/cut.py cancels with CUT_MESSAGE) ends the
+        # call UNAVAILABLE and counts 503, as a cut REST request does; any other
+        # cancellation is the client leaving.
+        return "503" if error.args and error.args[0] == CUT_MESSAGE else "499"
     return str(status_of(error)) if isinstance(error, PodserveError) else "500"
 
 
@@ -318,6 +322,9 @@ class InferenceServicer(SharedMemoryRpcs):
             started, code = time.perf_counter(), "499"  # 499 unless it ends below
             try:
                 code = _code(await answer_one(request))
+            except asyncio.CancelledError as exc:
+                code = _code(exc)
+                raise
             finally:
                 elapsed = time.perf_counter() - started
                 self._dataplane.record_request(
@@ -372,16 +379,20 @@ class InferenceServicer(SharedMemoryRpcs):
                 answers.put_nowait(None)
 
         reader = asyncio.ensure_future(read_requests())
+        why: str | None = None  # the cut's message reaches the requests it cuts
         try:
             while (item := await answers.get()) is not None:
                 yield item
             await reader  # surfaces a broken request stream as the RPC's error
+        except asyncio.CancelledError as exc:
+            why = str(exc.args[0]) if exc.args else None
+            raise
         finally:
             # The client left (or the stream ended): its queued requests leave the data
             # plane, by the one cancellation contract.
             reader.cancel()
             for task in running:
-                task.cancel()
+                task.cancel(why)
 
     # ------------------------------------------------------------------ Triton extensions
 
