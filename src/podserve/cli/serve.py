@@ -119,13 +119,16 @@ def _run(args: argparse.Namespace) -> int:
     configure_logging(settings.log_format, settings.log_level)
     sys.setswitchinterval(settings.gil_switch_interval_ms / 1000)
     from podserve.server.exit import exit_process, run_server_loop
-    from podserve.server.runner import serve
+    from podserve.server.runner import CannotListen, serve
 
     try:
         # uvloop when installed; returns without joining threads (server/exit.py)
         code = run_server_loop(serve(settings))
     except PodserveError as exc:
         print(f"podserve serve: {exc.message}", file=sys.stderr)
+        return 2
+    except CannotListen as exc:
+        print(f"podserve serve: {exc}", file=sys.stderr)
         return 2
     finally:
         flush_logging()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -31,6 +32,26 @@ EXIT_CUT = 1
 _CUT_ANSWER_S = 1.0
 
 
+class CannotListen(OSError):
+    """A listener could not bind (the port is in use, the address is not this host's):
+    a startup error the CLI reports in one line with exit code 2, not a traceback."""
+
+
+def _bind_http(host: str, port: int) -> socket.socket:
+    """Bind the HTTP listener as uvicorn's `Config.bind_socket` does for a host and port
+    (SO_REUSEADDR, IPv6 when the host has a colon), but raise instead of uvicorn's
+    `sys.exit(1)`, so that a port in use is reported, and nothing has started yet."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family=family)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise CannotListen(f"cannot listen for HTTP on {host}:{port}: {exc.strerror}") from None
+    return sock
+
+
 @dataclass(frozen=True, slots=True)
 class Listening:
     http_port: int
@@ -41,6 +62,8 @@ async def serve(
     settings: ServerSettings, on_listening: Callable[[Listening], None] | None = None
 ) -> int:
     loop = asyncio.get_running_loop()
+    # Bind before anything starts: a port in use ends the process with nothing to undo.
+    sock = _bind_http(settings.host, settings.port)
     dataplane = build_dataplane(settings, loop)
     app = App(dataplane)
     config = uvicorn.Config(
@@ -69,13 +92,19 @@ async def serve(
     if settings.grpc_port >= 0:
         from podserve.server.grpc.server import start_grpc_server
 
-        grpc_server, grpc_port = await start_grpc_server(
-            dataplane,
-            settings.host,
-            settings.grpc_port,
-            max_message_bytes=settings.max_body_bytes,
-            inflight=app.inflight,  # one registry: a drain timeout cuts both edges' calls
-        )
+        try:
+            grpc_server, grpc_port = await start_grpc_server(
+                dataplane,
+                settings.host,
+                settings.grpc_port,
+                max_message_bytes=settings.max_body_bytes,
+                inflight=app.inflight,  # one registry: a drain timeout cuts both edges' calls
+            )
+        except OSError as exc:
+            sock.close()
+            dataplane.stop()
+            await dataplane.close()
+            raise CannotListen(str(exc)) from None
 
     exit_code = EXIT_OK
     signals_seen = 0
@@ -124,9 +153,8 @@ async def serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
 
-    # Bind before serving, so the port (even an ephemeral one) is known and connections
+    # Listen before serving, so the port (even an ephemeral one) is known and connections
     # queue in the backlog from this moment.
-    sock = config.bind_socket()
     sock.listen(config.backlog)
     http_port = sock.getsockname()[1]
     serve_task = asyncio.ensure_future(server.serve(sockets=[sock]))

@@ -64,10 +64,14 @@ async def start_grpc_server(
     address = _address(host, port)
     try:
         bound_port = int(server.add_insecure_port(address))
-    except RuntimeError as exc:  # grpc reports a failed bind as RuntimeError
-        raise OSError(f"cannot listen for gRPC on {address}: {exc}") from exc
+    except RuntimeError:  # grpc reports a failed bind as RuntimeError
+        bound_port = 0
     if bound_port == 0:  # older grpc versions report a failed bind as port 0
-        raise OSError(f"cannot listen for gRPC on {address}")
+        # Stopped here, on the running loop: left to the garbage collector, grpc.aio's
+        # Server.__del__ schedules its shutdown on a loop that is closed by then and
+        # prints a traceback ("Event loop is closed").
+        await server.stop(None)
+        raise OSError(f"cannot listen for gRPC on {address}: address in use or not available")
     await server.start()
     return server, bound_port
 
