@@ -126,9 +126,8 @@ class Consumer:
                     )
                     continue
                 want = min(policy.read_count, free)
-                busy = bool(self._tasks)
                 entries = await self._streams.read_new(want, policy.block_ms)
-                if busy and 0 < len(entries) < want:
+                if self._tasks and 0 < len(entries) < want:  # busy: a wave, not a lone entry
                     entries += await self._rest_of_wave(want - len(entries))
             except RedisError as exc:
                 # Redis restarting or unreachable: what is in flight keeps its pending
