@@ -37,7 +37,7 @@ else the URI's host.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +48,14 @@ from podserve.storage.errors import (
     SourceAccessDenied,
     StorageError,
 )
-from podserve.storage.fetchers.base import StagingArea, write_all
+from podserve.storage.fetchers.base import StagingArea
+from podserve.storage.fetchers.object_store import (
+    Listed,
+    ObjectSink,
+    StoredObject,
+    copy_object,
+    select_objects,
+)
 from podserve.storage.progress import Progress
 from podserve.storage.uri import ModelURI
 
@@ -59,14 +66,6 @@ if TYPE_CHECKING:
 _WHAT = "Azure Blob URIs (https://<account>.blob.core.windows.net/...)"
 _ANONYMOUS = "no credentials (anonymous)"
 _STORAGE_SCOPE = "https://storage.azure.com/.default"  # what the storage client asks for
-
-
-@dataclass(frozen=True, slots=True)
-class _Object:
-    name: str
-    rel: str
-    size_bytes: int
-    etag: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,10 +108,23 @@ class AzureBlobFetcher:
             service, how = self._service(loc, os.environ, where)
             with service:
                 container = service.get_container_client(loc.container)
-                objects = self._list(container, loc, where)
+                objects = select_objects(
+                    loc.path,
+                    head=lambda path: _head(container, path),
+                    list_under=lambda prefix: _list_under(container, prefix),
+                    missing=lambda prefix: ModelNotFoundAtSource(
+                        f"{where}: no such blob, and no blobs under {loc.container}/{prefix}"
+                    ),
+                )
                 staging.prune({o.rel for o in objects})
                 for obj in objects:
-                    self._download(container, obj, staging, progress, f"{where}: {obj.name}")
+                    copy_object(
+                        obj,
+                        staging,
+                        progress,
+                        where=f"{where}: {obj.name}",
+                        read=lambda o, offset, sink: _read(container, o, offset, sink),
+                    )
         except ClientAuthenticationError as exc:
             if exc.status_code is None:  # raised by the credential, before any request
                 raise SourceAccessDenied(
@@ -172,67 +184,36 @@ class AzureBlobFetcher:
             _first_token(credential, how, where)
         return BlobServiceClient(url, credential=credential, **options), how
 
-    def _list(self, container: ContainerClient, loc: _Location, where: str) -> list[_Object]:
-        from azure.core.exceptions import ResourceNotFoundError
 
-        path = loc.path
-        if path:
-            try:
-                props = container.get_blob_client(path).get_blob_properties()
-            except ResourceNotFoundError:
-                pass  # a prefix, or nothing: the listing says which
-            else:
-                if not _is_folder(props.metadata):
-                    rel = path.rsplit("/", 1)[-1]
-                    return [_Object(path, rel, int(props.size), _quoted(props.etag))]
-        prefix = f"{path}/" if path else ""
-        objects = [
-            _Object(blob.name, blob.name[len(prefix) :], int(blob.size), _quoted(blob.etag))
-            for blob in container.list_blobs(name_starts_with=prefix or None, include=["metadata"])
-            if not blob.name.endswith("/") and not _is_folder(blob.metadata)
-        ]
-        if not objects:
-            raise ModelNotFoundAtSource(
-                f"{where}: no such blob, and no blobs under {loc.container}/{prefix}"
-            )
-        return objects
+def _head(container: ContainerClient, path: str) -> Listed | None:
+    from azure.core.exceptions import ResourceNotFoundError
 
-    def _download(
-        self,
-        container: ContainerClient,
-        obj: _Object,
-        staging: StagingArea,
-        progress: Progress,
-        where: str,
-    ) -> None:
-        from azure.core import MatchConditions
+    try:
+        props = container.get_blob_client(path).get_blob_properties()
+    except ResourceNotFoundError:
+        return None  # a prefix, or nothing: the listing says which
+    if _is_folder(props.metadata):
+        return None
+    return Listed(path, int(props.size), _quoted(props.etag))
 
-        part = staging.partial(obj.rel)
-        if part.is_complete(obj.etag):
-            return
-        offset = part.resume_offset(obj.etag)
-        if offset > obj.size_bytes:
-            offset = 0
-        progress.file_started(obj.rel, obj.size_bytes, offset)
-        with part.open(offset=offset, validator=obj.etag) as out:
-            if offset < obj.size_bytes:
-                stream = container.get_blob_client(obj.name).download_blob(
-                    offset=offset,
-                    etag=obj.etag,
-                    match_condition=MatchConditions.IfNotModified,
-                    max_concurrency=1,
-                )
-                for chunk in stream.chunks():
-                    write_all(out, chunk)
-                    progress.file_advanced(obj.rel, len(chunk))
-            written = out.tell()
-        if written != obj.size_bytes:
-            raise FetchNetworkError(
-                f"{where}: the transfer ended at {written} of {obj.size_bytes} bytes; "
-                "a retry resumes it"
-            )
-        part.complete()
-        progress.file_finished(obj.rel)
+
+def _list_under(container: ContainerClient, prefix: str) -> Iterable[Listed]:
+    for blob in container.list_blobs(name_starts_with=prefix or None, include=["metadata"]):
+        if not _is_folder(blob.metadata):
+            yield Listed(blob.name, int(blob.size), _quoted(blob.etag))
+
+
+def _read(container: ContainerClient, obj: StoredObject, offset: int, sink: ObjectSink) -> None:
+    from azure.core import MatchConditions
+
+    stream = container.get_blob_client(obj.name).download_blob(
+        offset=offset,
+        etag=obj.validator,
+        match_condition=MatchConditions.IfNotModified,
+        max_concurrency=1,
+    )
+    for chunk in stream.chunks():
+        sink.write(chunk)
 
 
 def _first_token(credential: Any, how: str, where: str) -> None:

@@ -26,8 +26,8 @@ google/cloud/storage/client.py), else storage.googleapis.com.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, BinaryIO
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from podserve.storage.errors import (
     FetchNetworkError,
@@ -36,36 +36,19 @@ from podserve.storage.errors import (
     SourceAccessDenied,
     StorageError,
 )
-from podserve.storage.fetchers.base import StagingArea, write_all
+from podserve.storage.fetchers.base import StagingArea
+from podserve.storage.fetchers.object_store import (
+    Listed,
+    ObjectSink,
+    StoredObject,
+    copy_object,
+    select_objects,
+)
 from podserve.storage.progress import Progress
 from podserve.storage.uri import ModelURI
 
 if TYPE_CHECKING:
     from google.api_core.exceptions import GoogleAPICallError
-
-
-@dataclass(frozen=True, slots=True)
-class _Object:
-    name: str
-    rel: str
-    size_bytes: int
-    generation: str
-
-
-class _Sink:
-    """What the library writes a download into: the partial file, counted for progress."""
-
-    __slots__ = ("_out", "_progress", "_rel")
-
-    def __init__(self, out: BinaryIO, progress: Progress, rel: str) -> None:
-        self._out = out
-        self._progress = progress
-        self._rel = rel
-
-    def write(self, chunk: bytes) -> int:
-        write_all(self._out, chunk)
-        self._progress.file_advanced(self._rel, len(chunk))
-        return len(chunk)
 
 
 class GcsFetcher:
@@ -106,11 +89,24 @@ class GcsFetcher:
             raise MissingExtra(scheme="gs", extra="gcs", module="google-cloud-storage") from exc
         try:
             client = self._client()
-            objects = self._list(client, uri)
+            objects = select_objects(
+                uri.key,
+                head=lambda key: self._head(client, uri.bucket, key),
+                list_under=lambda prefix: self._list_under(client, uri.bucket, prefix),
+                missing=lambda prefix: ModelNotFoundAtSource(
+                    f"{uri}: no such object, and no objects under gs://{uri.bucket}/{prefix}"
+                ),
+            )
             staging.prune({o.rel for o in objects})
             bucket = client.bucket(uri.bucket)
             for obj in objects:
-                self._download(bucket, obj, staging, progress)
+                copy_object(
+                    obj,
+                    staging,
+                    progress,
+                    where=f"gs://{bucket.name}/{obj.name}",
+                    read=lambda o, offset, sink: self._read(bucket, o, offset, sink),
+                )
         except auth.DefaultCredentialsError as exc:
             if self._anonymous:
                 # A 401 makes the library refresh the credentials, which anonymous ones
@@ -137,78 +133,49 @@ class GcsFetcher:
                 f"network error fetching {uri}: {exc}; a retry resumes the download"
             ) from exc
 
-    def _list(self, client: Any, uri: ModelURI) -> list[_Object]:
-        bucket, key = uri.bucket, uri.key
-        if key:
-            # None for a missing object (and for a missing bucket: the listing says which).
-            blob = client.bucket(bucket).get_blob(key, timeout=self._timeout_s, retry=self._retry())
-            if blob is not None:
-                return [_Object(key, key.rsplit("/", 1)[-1], int(blob.size), str(blob.generation))]
-        prefix = f"{key}/" if key else ""
-        objects = [
-            _Object(blob.name, blob.name[len(prefix) :], int(blob.size), str(blob.generation))
-            for blob in client.list_blobs(
-                bucket, prefix=prefix, timeout=self._timeout_s, retry=self._retry()
-            )
-            if not blob.name.endswith("/")
-        ]
-        if not objects:
-            raise ModelNotFoundAtSource(
-                f"{uri}: no such object, and no objects under gs://{bucket}/{prefix}"
-            )
-        return objects
+    def _head(self, client: Any, bucket: str, key: str) -> Listed | None:
+        # None for a missing object (and for a missing bucket: the listing says which).
+        blob = client.bucket(bucket).get_blob(key, timeout=self._timeout_s, retry=self._retry())
+        return None if blob is None else Listed(key, int(blob.size), str(blob.generation))
 
-    def _download(
-        self, bucket: Any, obj: _Object, staging: StagingArea, progress: Progress
-    ) -> None:
+    def _list_under(self, client: Any, bucket: str, prefix: str) -> Iterable[Listed]:
+        for blob in client.list_blobs(
+            bucket, prefix=prefix, timeout=self._timeout_s, retry=self._retry()
+        ):
+            yield Listed(blob.name, int(blob.size), str(blob.generation))
+
+    def _read(self, bucket: Any, obj: StoredObject, offset: int, sink: ObjectSink) -> None:
         from google.cloud.storage.exceptions import DataCorruption
 
-        part = staging.partial(obj.rel)
-        if part.is_complete(obj.generation):
-            return
-        offset = part.resume_offset(obj.generation)
-        if offset > obj.size_bytes:
-            offset = 0
-        progress.file_started(obj.rel, obj.size_bytes, offset)
         where = f"gs://{bucket.name}/{obj.name}"
         blob = bucket.blob(obj.name)
-        with part.open(offset=offset, validator=obj.generation) as out:
-            if offset < obj.size_bytes:
-                try:
-                    blob.download_to_file(
-                        _Sink(out, progress, obj.rel),
-                        start=offset or None,
-                        # The stored bytes, never decompressive transcoding: their size
-                        # is the listed one and a range means the same bytes.
-                        raw_download=True,
-                        if_generation_match=int(obj.generation),
-                        # The library checks the whole object's crc32c; a resumed read
-                        # has only a tail to check, and the digest covers the rest.
-                        checksum="auto" if offset == 0 else None,
-                        timeout=self._timeout_s,
-                        retry=self._retry(),
-                    )
-                except DataCorruption as exc:
-                    part.discard()
-                    raise FetchNetworkError(
-                        f"{where}: the bytes received fail the object's checksum ({exc}); "
-                        "a retry downloads it again"
-                    ) from exc
-            written = out.tell()
-        served = blob.generation
-        if served is not None and str(served) != obj.generation:
-            part.discard()
+        try:
+            blob.download_to_file(
+                sink,
+                start=offset or None,
+                # The stored bytes, never decompressive transcoding: their size is the
+                # listed one and a range means the same bytes.
+                raw_download=True,
+                if_generation_match=int(obj.validator),
+                # The library checks the whole object's crc32c; a resumed read has only a
+                # tail to check, and the digest covers the rest.
+                checksum="auto" if offset == 0 else None,
+                timeout=self._timeout_s,
+                retry=self._retry(),
+            )
+        except DataCorruption as exc:
+            sink.discard()
             raise FetchNetworkError(
-                f"{where}: generation {served} was served, {obj.generation} was listed: the "
+                f"{where}: the bytes received fail the object's checksum ({exc}); "
+                "a retry downloads it again"
+            ) from exc
+        served = blob.generation
+        if served is not None and str(served) != obj.validator:
+            sink.discard()
+            raise FetchNetworkError(
+                f"{where}: generation {served} was served, {obj.validator} was listed: the "
                 "object changed during the download; a retry starts it again"
             )
-        if written != obj.size_bytes:
-            raise FetchNetworkError(
-                f"{where}: the transfer ended at {written} of {obj.size_bytes} bytes; "
-                "a retry resumes it"
-            )
-        part.complete()
-        progress.file_finished(obj.rel)
 
 
 def _api_error(where: str, exc: GoogleAPICallError) -> StorageError:

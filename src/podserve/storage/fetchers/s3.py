@@ -11,7 +11,7 @@ The endpoint comes from `SourceOptions.s3_endpoint_url`, else boto3's own settin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from podserve.storage.errors import (
@@ -21,7 +21,14 @@ from podserve.storage.errors import (
     SourceAccessDenied,
     StorageError,
 )
-from podserve.storage.fetchers.base import CHUNK_BYTES, StagingArea, write_all
+from podserve.storage.fetchers.base import CHUNK_BYTES, StagingArea
+from podserve.storage.fetchers.object_store import (
+    Listed,
+    ObjectSink,
+    StoredObject,
+    copy_object,
+    select_objects,
+)
 from podserve.storage.progress import Progress
 from podserve.storage.uri import ModelURI
 
@@ -38,14 +45,6 @@ _DENIED = {
     "ExpiredToken",
     "InvalidToken",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class _Object:
-    key: str
-    rel: str
-    size_bytes: int
-    etag: str
 
 
 class S3Fetcher:
@@ -72,11 +71,25 @@ class S3Fetcher:
         from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
         client = self._client()
+        bucket = uri.bucket
         try:
-            objects = self._list(client, uri)
+            objects = select_objects(
+                uri.key,
+                head=lambda key: _head(client, bucket, key),
+                list_under=lambda prefix: _list_under(client, bucket, prefix),
+                missing=lambda prefix: ModelNotFoundAtSource(
+                    f"{uri}: no such object, and no objects under s3://{bucket}/{prefix}"
+                ),
+            )
             staging.prune({o.rel for o in objects})
             for obj in objects:
-                self._download(client, uri.bucket, obj, staging, progress)
+                copy_object(
+                    obj,
+                    staging,
+                    progress,
+                    where=f"s3://{bucket}/{obj.name}",
+                    read=lambda o, offset, sink: _read(client, bucket, o, offset, sink),
+                )
         except NoCredentialsError as exc:
             raise SourceAccessDenied(f"{uri}: no AWS credentials found ({exc})") from exc
         except ClientError as exc:
@@ -86,62 +99,36 @@ class S3Fetcher:
                 f"network error fetching {uri}: {exc}; a retry resumes the download"
             ) from exc
 
-    def _list(self, client: S3Client, uri: ModelURI) -> list[_Object]:
-        from botocore.exceptions import ClientError
 
-        bucket, key = uri.bucket, uri.key
-        if key:
-            try:
-                head = client.head_object(Bucket=bucket, Key=key)
-            except ClientError as exc:
-                if _code(exc.response) not in _NOT_FOUND:
-                    raise
-            else:
-                return [_Object(key, key.rsplit("/", 1)[-1], head["ContentLength"], head["ETag"])]
-        prefix = f"{key}/" if key else ""
-        objects: list[_Object] = []
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-            for item in page.get("Contents", []):
-                if not item["Key"].endswith("/"):
-                    objects.append(
-                        _Object(item["Key"], item["Key"][len(prefix) :], item["Size"], item["ETag"])
-                    )
-        if not objects:
-            raise ModelNotFoundAtSource(
-                f"{uri}: no such object, and no objects under s3://{bucket}/{prefix}"
-            )
-        return objects
+def _head(client: S3Client, bucket: str, key: str) -> Listed | None:
+    from botocore.exceptions import ClientError
 
-    def _download(
-        self, client: S3Client, bucket: str, obj: _Object, staging: StagingArea, progress: Progress
-    ) -> None:
-        part = staging.partial(obj.rel)
-        if part.is_complete(obj.etag):
-            return
-        offset = part.resume_offset(obj.etag)
-        if offset > obj.size_bytes:
-            offset = 0
-        progress.file_started(obj.rel, obj.size_bytes, offset)
-        with part.open(offset=offset, validator=obj.etag) as out:
-            if offset < obj.size_bytes:
-                kwargs: dict[str, Any] = {"Bucket": bucket, "Key": obj.key, "IfMatch": obj.etag}
-                if offset:
-                    kwargs["Range"] = f"bytes={offset}-"
-                body = client.get_object(**kwargs)["Body"]
-                try:
-                    for chunk in body.iter_chunks(CHUNK_BYTES):
-                        write_all(out, chunk)
-                        progress.file_advanced(obj.rel, len(chunk))
-                finally:
-                    body.close()
-            written = out.tell()
-        if written != obj.size_bytes:
-            raise FetchNetworkError(
-                f"s3://{bucket}/{obj.key}: the transfer ended at {written}"
-                f" of {obj.size_bytes} bytes; a retry resumes it"
-            )
-        part.complete()
-        progress.file_finished(obj.rel)
+    try:
+        head = client.head_object(Bucket=bucket, Key=key)
+    except ClientError as exc:
+        if _code(exc.response) not in _NOT_FOUND:
+            raise
+        return None
+    return Listed(key, head["ContentLength"], head["ETag"])
+
+
+def _list_under(client: S3Client, bucket: str, prefix: str) -> Iterable[Listed]:
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for item in page.get("Contents", []):
+            yield Listed(item["Key"], item["Size"], item["ETag"])
+
+
+def _read(client: S3Client, bucket: str, obj: StoredObject, offset: int, sink: ObjectSink) -> None:
+    # If-Match: an object replaced since the listing answers 412, never other bytes.
+    kwargs: dict[str, Any] = {"Bucket": bucket, "Key": obj.name, "IfMatch": obj.validator}
+    if offset:
+        kwargs["Range"] = f"bytes={offset}-"
+    body = client.get_object(**kwargs)["Body"]
+    try:
+        for chunk in body.iter_chunks(CHUNK_BYTES):
+            sink.write(chunk)
+    finally:
+        body.close()
 
 
 def _code(response: Any) -> str:
