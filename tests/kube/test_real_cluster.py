@@ -382,7 +382,8 @@ def test_cloud_storage_credentials_reach_the_fetch_only() -> None:
         assert set(azure_env) <= set(env), name
         key_path = env["GOOGLE_APPLICATION_CREDENTIALS"]["value"]
         mount = next(m for m in fetch["volumeMounts"] if m["name"] == "gcp-key")
-        assert mount["readOnly"] and key_path == f"{mount['mountPath']}/key.json", name
+        assert mount["readOnly"], name
+        assert key_path == f"{mount['mountPath']}/key.json", name
         volume = next(v for v in pod["volumes"] if v["name"] == "gcp-key")
         assert volume["secret"] == {
             "secretName": "gcp",
