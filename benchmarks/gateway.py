@@ -52,12 +52,15 @@ import httpx
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The repository root, for tests.support (the PostgreSQL starter the gateway tests use).
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 import harness
 
+from tests.support.postgres import postgres_server as _postgres_server
+
 ROOT = harness.REPO_ROOT
 TINY = ROOT / "examples" / "models" / "tiny-lm"
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
 PRICES = {
     "tiny-lm": {
         "inputPerMillionUsd": 1.0,
@@ -186,67 +189,9 @@ def redis_server() -> Any:
         proc.wait(timeout=10)
 
 
-@contextlib.contextmanager
-def postgres_server() -> Any:
-    import psycopg
-
-    data = Path(tempfile.mkdtemp(prefix="gwbench-pg-"))
-    port = harness.free_port()
-    as_user: list[str] = []
-    if os.geteuid() == 0:
-        shutil.chown(data, "postgres", "postgres")
-        # runuser lives in /usr/sbin, which a minimal PATH (CI's `env -i`) leaves out.
-        sbin = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
-        as_user = [shutil.which("runuser", path=sbin) or "runuser", "-u", "postgres", "--"]
-    subprocess.run(
-        [
-            *as_user,
-            str(PG_BIN / "initdb"),
-            "-D",
-            str(data / "db"),
-            "-A",
-            "trust",
-            "-U",
-            "postgres",
-            "--no-sync",
-        ],
-        check=True,
-        capture_output=True,
-    )
-    proc = subprocess.Popen(
-        [
-            *as_user,
-            str(PG_BIN / "postgres"),
-            "-D",
-            str(data / "db"),
-            "-p",
-            str(port),
-            "-h",
-            "127.0.0.1",
-            "-k",
-            str(data),
-            "-c",
-            "fsync=off",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
-    for _ in range(200):
-        try:
-            psycopg.connect(dsn, connect_timeout=1).close()
-            break
-        except psycopg.OperationalError:
-            time.sleep(0.1)  # waiting for the postmaster
-    try:
-        yield dsn
-    finally:
-        subprocess.run(
-            [*as_user, str(PG_BIN / "pg_ctl"), "-D", str(data / "db"), "stop", "-m", "fast"],
-            capture_output=True,
-        )
-        proc.wait(timeout=30)
-        shutil.rmtree(data, ignore_errors=True)
+def postgres_server() -> contextlib.AbstractContextManager[str]:
+    # The gateway tests' starter (tests/support/postgres.py), so both run the same server.
+    return _postgres_server(prefix="gwbench-pg-")
 
 
 # --- load -----------------------------------------------------------------------------

@@ -8,7 +8,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,10 +15,11 @@ from typing import Any
 import httpx
 import yaml
 
+from tests.support.postgres import PG_BIN, postgres_installed
+from tests.support.postgres import postgres_server as _postgres_server
 from tests.support.server import ServerProcess, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
 TINY_LM = ROOT / "examples" / "models" / "tiny-lm"
 
 
@@ -144,75 +144,12 @@ def redis_server(port: int | None = None) -> Iterator[str]:
 
 @contextlib.contextmanager
 def postgres_server() -> Iterator[str]:
-    """initdb + postgres on a temp dir and a free loopback port, as a non-root user."""
-    if not (PG_BIN / "postgres").exists():
+    if not postgres_installed():
         import pytest
 
         pytest.skip(f"PostgreSQL 15 is not installed ({PG_BIN}; Debian package postgresql)")
-    data = Path(tempfile.mkdtemp(prefix="gw-pg-"))
-    port = free_port()
-    as_user: list[str] = []
-    if os.geteuid() == 0:  # postgres refuses to run as root
-        shutil.chown(data, "postgres", "postgres")
-        # runuser lives in /usr/sbin, which a minimal PATH (CI's `env -i`) leaves out.
-        sbin = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
-        as_user = [shutil.which("runuser", path=sbin) or "runuser", "-u", "postgres", "--"]
-    subprocess.run(
-        [
-            *as_user,
-            str(PG_BIN / "initdb"),
-            "-D",
-            str(data / "db"),
-            "-A",
-            "trust",
-            "-U",
-            "postgres",
-            "--no-sync",
-        ],
-        check=True,
-        capture_output=True,
-    )
-    proc = subprocess.Popen(
-        [
-            *as_user,
-            str(PG_BIN / "postgres"),
-            "-D",
-            str(data / "db"),
-            "-p",
-            str(port),
-            "-h",
-            "127.0.0.1",
-            "-k",
-            str(data),
-            "-c",
-            "fsync=off",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
-
-    def up() -> bool:
-        import psycopg
-
-        try:
-            psycopg.connect(dsn, connect_timeout=1).close()
-        except psycopg.OperationalError:
-            return False
-        return True
-
-    try:
-        wait_until(up, timeout_s=30, what="postgres")
+    with _postgres_server(prefix="gw-pg-") as dsn:
         yield dsn
-    finally:
-        # runuser does not pass signals on; pg_ctl stops the postmaster itself.
-        subprocess.run(
-            [*as_user, str(PG_BIN / "pg_ctl"), "-D", str(data / "db"), "stop", "-m", "fast"],
-            capture_output=True,
-            timeout=30,
-        )
-        proc.wait(timeout=30)
-        shutil.rmtree(data, ignore_errors=True)
 
 
 def chat(gateway: ServerProcess, key: str | None, **body: Any) -> httpx.Response:
