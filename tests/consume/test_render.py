@@ -245,3 +245,20 @@ def test_with_the_pod_monitor_it_passes_the_api_server_checks_and_lint_strict(
     code, out = cli("lint", "--strict", str(tmp_path / "out"))
     assert code == 0, out
     assert "0 error(s), 0 warning(s), 0 info" in out
+
+
+def test_the_consumer_pod_gets_the_workload_identity_its_fetch_needs() -> None:
+    """The consumer runs the same fetch init container as the serving pods: Azure's
+    webhook injects the federated token only into pods labelled for it."""
+    svc = with_spec(
+        load_example(CPU),
+        **{"async": ASYNC},
+        credentials={"azureClientId": "6c5a2f64-0d6c-4f2a-9b8e-1f7f3c2d9a10"},
+    )
+    deployment = consumer_objects(svc)["Deployment"]
+    template = deployment["spec"]["template"]
+    assert "fetch" in {i["name"] for i in template["spec"]["initContainers"]}
+    assert template["metadata"]["labels"]["azure.workload.identity/use"] == "true"
+    assert template["spec"]["serviceAccountName"] == svc.metadata.name
+    # the selector stays what it was: a label added later must not change it
+    assert "azure.workload.identity/use" not in deployment["spec"]["selector"]["matchLabels"]

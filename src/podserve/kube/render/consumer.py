@@ -29,6 +29,7 @@ from podserve.kube.render.placement import gpu_tolerations, node_affinity, node_
 from podserve.kube.render.pod import (
     container_security,
     fetch_steps,
+    identity_labels,
     pod_annotations,
     pod_security,
     resources,
@@ -120,7 +121,9 @@ def _password_volume(queue: AsyncConsumer) -> dict[str, Any] | None:
 def _deployment(service: ModelService, plan: Plan, queue: AsyncConsumer) -> Manifest:
     spec = service.spec
     name = f"{service.metadata.name}-{COMPONENT}"
-    pod_labels = labels(service, COMPONENT)
+    # The fetch init container reads Azure Blob with workload identity only when the
+    # webhook mutates the pod, which it does for labelled pods (pod.py identity_labels).
+    pod_labels = {**labels(service, COMPONENT), **identity_labels(service)}
     mounts: list[dict[str, Any]] = [
         {"name": "cache", "mountPath": c.CACHE_DIR, "readOnly": True},
         {"name": "dshm", "mountPath": "/dev/shm"},
