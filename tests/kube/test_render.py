@@ -177,7 +177,7 @@ def test_rolling_strategy_follows_gpu_headroom(
 
 
 def test_cpu_model_always_surges() -> None:
-    deployment = find(render(load_example(CPU)).manifests, "Deployment")
+    deployment = find(render(load_example(CPU)).manifests, "Deployment", "fraud-score")
     assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
     assert "tolerations" not in deployment["spec"]["template"]["spec"]
 

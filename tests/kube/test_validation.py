@@ -33,7 +33,14 @@ def test_rendered_objects_validate(example: Path, crd_catalog: CrdCatalog) -> No
     manifests = render(load_example(example)).manifests
     assert validate_manifests(manifests, crd_catalog) == []
     custom = {m["kind"] for m in manifests if not is_builtin(m)}
-    assert custom <= {"ScaledObject", "PodMonitor", "PrometheusRule", "HTTPRoute", "InferencePool"}
+    assert custom <= {
+        "ScaledObject",
+        "TriggerAuthentication",
+        "PodMonitor",
+        "PrometheusRule",
+        "HTTPRoute",
+        "InferencePool",
+    }
 
 
 def test_custom_resources_are_checked_against_their_crd(crd_catalog: CrdCatalog) -> None:

@@ -25,6 +25,8 @@ APPLY_ORDER = (
     "CronJob",
     "PodDisruptionBudget",
     "HorizontalPodAutoscaler",
+    # before the ScaledObject that names it: KEDA reports the scaler broken until it exists
+    "TriggerAuthentication",
     "ScaledObject",
     "PodMonitor",
     "PrometheusRule",
