@@ -3,6 +3,7 @@ a transfer half-way (so tests wait on real events, never on sleep), and model bu
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.server
 import os
@@ -107,20 +108,31 @@ def _handler(state: ServerState) -> type[http.server.BaseHTTPRequestHandler]:
     return Handler
 
 
+@contextlib.contextmanager
+def serving(
+    server: http.server.ThreadingHTTPServer,
+) -> Iterator[http.server.ThreadingHTTPServer]:
+    """Serve a stand-in endpoint on its own thread for the block, then stop and join it."""
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(WAIT_S)
+
+
 @pytest.fixture
 def http_server() -> Iterator[tuple[str, ServerState]]:
     state = ServerState()
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", state
-    finally:
-        state.release.set()
-        server.shutdown()
-        server.server_close()
-        thread.join(WAIT_S)
+    with serving(server):
+        try:
+            yield f"http://127.0.0.1:{server.server_address[1]}", state
+        finally:
+            state.release.set()  # a held transfer ends before the server stops
 
 
 def write_model(root: Path, files: dict[str, bytes]) -> Path:

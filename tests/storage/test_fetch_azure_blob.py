@@ -39,7 +39,7 @@ from podserve.storage import (
 from podserve.storage.cache import ModelCache, key_for
 from podserve.storage.fetchers import StagingArea
 from podserve.storage.progress import NullProgress
-from tests.storage.support import WAIT_S, expected_digest, spawn_fetch
+from tests.storage.support import WAIT_S, expected_digest, serving, spawn_fetch
 
 blob = pytest.importorskip("azure.storage.blob")
 
@@ -434,14 +434,8 @@ def entra(tls: tuple[Path, Path]) -> Iterator[_Entra]:
     context.load_cert_chain(*tls)
     server.socket = context.wrap_socket(server.socket, server_side=True)
     state.base = f"https://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(server):
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(WAIT_S)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import http.server
 import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +32,7 @@ from podserve.storage import (
 )
 from podserve.storage.cache import ModelCache, key_for
 from podserve.storage.fetchers import StagingArea
-from tests.storage.support import WAIT_S, expected_digest, spawn_fetch
+from tests.storage.support import WAIT_S, expected_digest, serving, spawn_fetch
 
 gcs = pytest.importorskip("google.cloud.storage")
 emulator = pytest.importorskip("gcp_storage_emulator.server")
@@ -201,20 +200,15 @@ class _Refusing(http.server.BaseHTTPRequestHandler):
 )
 def test_refusals_are_access_denied(status: int, says: str, tmp_path: Path) -> None:
     handler = type("Handler", (_Refusing,), {"status": status})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        with pytest.raises(SourceAccessDenied, match=says):
-            fetch_model(
-                "gs://private/llm/v1",
-                cache_dir=tmp_path / "c",
-                sources=_sources(f"http://127.0.0.1:{server.server_address[1]}", timeout_s=5),
-            )
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(WAIT_S)
+    with (
+        serving(http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)) as server,
+        pytest.raises(SourceAccessDenied, match=says),
+    ):
+        fetch_model(
+            "gs://private/llm/v1",
+            cache_dir=tmp_path / "c",
+            sources=_sources(f"http://127.0.0.1:{server.server_address[1]}", timeout_s=5),
+        )
 
 
 class _Replaced(http.server.BaseHTTPRequestHandler):
@@ -252,20 +246,15 @@ class _Replaced(http.server.BaseHTTPRequestHandler):
 
 
 def test_a_read_is_conditioned_on_the_listed_generation(tmp_path: Path) -> None:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Replaced)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        with pytest.raises(FetchNetworkError, match=r"412.*changed during the download"):
-            fetch_model(
-                "gs://b/m.bin",
-                cache_dir=tmp_path / "c",
-                sources=_sources(f"http://127.0.0.1:{server.server_address[1]}", timeout_s=5),
-            )
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(WAIT_S)
+    with (
+        serving(http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Replaced)) as server,
+        pytest.raises(FetchNetworkError, match=r"412.*changed during the download"),
+    ):
+        fetch_model(
+            "gs://b/m.bin",
+            cache_dir=tmp_path / "c",
+            sources=_sources(f"http://127.0.0.1:{server.server_address[1]}", timeout_s=5),
+        )
     assert _Replaced.reads
     assert "ifGenerationMatch=1" in _Replaced.reads[0].split("&")
 
@@ -364,16 +353,9 @@ def metadata_server() -> Iterator[_Metadata]:
             self.end_headers()
             self.wfile.write(body)
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.base = f"127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)) as server:
+        state.base = f"127.0.0.1:{server.server_address[1]}"
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(WAIT_S)
 
 
 def _metadata_env(metadata: _Metadata, tmp_path: Path) -> dict[str, str]:
@@ -416,10 +398,7 @@ def test_workload_identity_token_is_sent_and_a_refusal_named(
             seen.append(self.headers.get("Authorization", ""))
             super().do_GET()
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recording)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recording)) as server:
         child = spawn_fetch(
             "gs://private/llm/v1",
             "--gcs-endpoint-url",
@@ -429,10 +408,6 @@ def test_workload_identity_token_is_sent_and_a_refusal_named(
             env=_metadata_env(metadata_server, tmp_path),
         )
         _, err = child.communicate(timeout=WAIT_S)
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(WAIT_S)
     assert child.returncode == 1, err  # access denied
     assert "objectViewer" in err
     assert seen
