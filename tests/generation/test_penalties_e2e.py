@@ -34,7 +34,10 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[openai.OpenAI]:
         yield openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
 
 
-def complete(client: openai.OpenAI, presence: float = 0.0, frequency: float = 0.0) -> str:
+def complete(
+    client: openai.OpenAI, presence: float = 0.0, frequency: float = 0.0, *, stream: bool = False
+) -> str:
+    """Greedy /v1/completions of REPEATS: the text, joined from the chunks when streamed."""
     result = client.completions.create(
         model="tiny",
         prompt=REPEATS,
@@ -43,22 +46,11 @@ def complete(client: openai.OpenAI, presence: float = 0.0, frequency: float = 0.
         extra_body=NO_EOS,
         presence_penalty=presence,
         frequency_penalty=frequency,
+        stream=stream,
     )
+    if isinstance(result, openai.Stream):
+        return "".join(chunk.choices[0].text for chunk in result if chunk.choices)
     return result.choices[0].text
-
-
-def complete_streamed(client: openai.OpenAI, presence: float = 0.0, frequency: float = 0.0) -> str:
-    stream = client.completions.create(
-        model="tiny",
-        prompt=REPEATS,
-        max_tokens=12,
-        temperature=0,
-        extra_body=NO_EOS,
-        stream=True,
-        presence_penalty=presence,
-        frequency_penalty=frequency,
-    )
-    return "".join(chunk.choices[0].text for chunk in stream if chunk.choices)
 
 
 def test_completions_frequency_penalty_stops_the_repetition(client: openai.OpenAI) -> None:
@@ -67,18 +59,21 @@ def test_completions_frequency_penalty_stops_the_repetition(client: openai.OpenA
     penalised = complete(client, frequency=2.0)
     assert penalised != plain
     assert penalised.count(" same") <= 1
-    assert complete_streamed(client, frequency=2.0) == penalised
-    assert complete_streamed(client) == plain
+    assert complete(client, frequency=2.0, stream=True) == penalised
+    assert complete(client, stream=True) == plain
 
 
 def test_completions_presence_penalty_changes_the_text(client: openai.OpenAI) -> None:
     plain = complete(client)
     penalised = complete(client, presence=1.5)
     assert penalised != plain
-    assert complete_streamed(client, presence=1.5) == penalised
+    assert complete(client, presence=1.5, stream=True) == penalised
 
 
-def chat(client: openai.OpenAI, presence: float = 0.0, frequency: float = 0.0) -> str:
+def chat(
+    client: openai.OpenAI, presence: float = 0.0, frequency: float = 0.0, *, stream: bool = False
+) -> str:
+    """Greedy /v1/chat/completions of CHAT: the reply, joined from the deltas when streamed."""
     result = client.chat.completions.create(
         model="tiny",
         messages=CHAT,
@@ -87,32 +82,21 @@ def chat(client: openai.OpenAI, presence: float = 0.0, frequency: float = 0.0) -
         extra_body=NO_EOS,
         presence_penalty=presence,
         frequency_penalty=frequency,
+        stream=stream,
     )
+    if isinstance(result, openai.Stream):
+        return "".join(chunk.choices[0].delta.content or "" for chunk in result if chunk.choices)
     return result.choices[0].message.content or ""
-
-
-def chat_streamed(client: openai.OpenAI, presence: float = 0.0, frequency: float = 0.0) -> str:
-    stream = client.chat.completions.create(
-        model="tiny",
-        messages=CHAT,
-        max_tokens=24,
-        temperature=0,
-        extra_body=NO_EOS,
-        stream=True,
-        presence_penalty=presence,
-        frequency_penalty=frequency,
-    )
-    return "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
 
 
 def test_chat_penalties_streamed_and_not_agree_and_change_the_text(client: openai.OpenAI) -> None:
     plain = chat(client)
     assert plain.count(" process") == 2
-    assert chat_streamed(client) == plain
+    assert chat(client, stream=True) == plain
     for presence, frequency in ((0.0, 2.0), (2.0, 0.0)):
         penalised = chat(client, presence, frequency)
         assert penalised.count(" process") == 1, (presence, frequency, penalised)
-        assert chat_streamed(client, presence, frequency) == penalised
+        assert chat(client, presence, frequency, stream=True) == penalised
 
 
 def test_sampled_penalised_choices_are_reproducible_with_a_seed(client: openai.OpenAI) -> None:
