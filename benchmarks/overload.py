@@ -532,6 +532,12 @@ async def main_async(args: argparse.Namespace) -> int:
             if results["capacity_spread"] <= MAX_SPREAD
             else f"inconclusive: capacity varied by {results['capacity_spread']:.0%}"
         ),
+        # Whatever the other tenants took: does the server turn its CPU into goodput
+        # under overload as it does at capacity? (What to expect where the pod has its
+        # cores to itself and the clients are elsewhere; not the goal's own measure.)
+        "goal_met_per_server_cpu": (
+            results["overload_no_backoff"]["goodput_per_cpu_vs_capacity"] >= 0.9
+        ),
     }
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     out = harness.RESULTS / f"overload-{stamp}.json"
@@ -558,7 +564,10 @@ async def main_async(args: argparse.Namespace) -> int:
         f"{alone.get('loop_cpu_ms_per_refused')}), clients "
         f"{alone['client_cpu_ms_per_attempt']} ms each"
     )
-    print(f"\ngoal met: {report['goal_met']}\nreport: {out}")
+    print(
+        f"\ngoal met: {report['goal_met']} (per server CPU-second: "
+        f"{report['goal_met_per_server_cpu']})\nreport: {out}"
+    )
     return 0
 
 
