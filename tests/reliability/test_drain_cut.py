@@ -9,6 +9,7 @@ from __future__ import annotations
 import queue
 import signal
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -45,20 +46,17 @@ def _grpc(port: int, sink: list[grpc.RpcError | pb.ModelInferResponse]) -> None:
             sink.append(error)
 
 
-def _stream(port: int) -> tuple[triton_grpc.InferenceServerClient, queue.Queue[object]]:
-    """A tritonclient ModelStreamInfer stream with one request to the slow model."""
-    client = triton_grpc.InferenceServerClient(f"127.0.0.1:{port}")
-    answers: queue.Queue[object] = queue.Queue()
-    client.start_stream(callback=lambda result, error: answers.put(error or result))
+def _features() -> list[triton_grpc.InferInput]:
     features = triton_grpc.InferInput("x", [1, 3], "FP32")
     features.set_data_from_numpy(np.ones((1, 3), dtype=np.float32))
-    client.async_stream_infer("slow", [features], request_id="stream-1")
-    return client, answers
+    return [features]
 
 
-def test_drain_timeout_answers_each_cut_request_and_exits_1(tmp_path: Path) -> None:
+def _write_slow(root: Path) -> None:
+    """A model whose calls take 120 s, unbatched, three at once: every request stays in
+    flight until the drain cuts it."""
     write_model(
-        tmp_path,
+        root,
         "slow",
         parameters={"delay_s": 120},
         batching={"enabled": False},
@@ -66,32 +64,63 @@ def test_drain_timeout_answers_each_cut_request_and_exits_1(tmp_path: Path) -> N
         instance_count=3,
         warmup=False,
     )
+
+
+@dataclass
+class _InFlight:
+    """REST requests, one unary gRPC call (grpcio) and one ModelStreamInfer stream
+    (tritonclient) to the slow model, each on its own client, and what they got."""
+
+    server: ServerProcess
+    rest: list[httpx.Response] = field(default_factory=list)
+    rpcs: list[grpc.RpcError | pb.ModelInferResponse] = field(default_factory=list)
+    threads: list[threading.Thread] = field(default_factory=list)
+    answers: queue.Queue[object] = field(default_factory=queue.Queue)
+
+    def start(self, *rest_values: list[float]) -> None:
+        port = self.server.grpc_port
+        assert port is not None
+        self.threads = [
+            *(
+                threading.Thread(target=_post, args=(self.server, values, self.rest))
+                for values in rest_values
+            ),
+            threading.Thread(target=_grpc, args=(port, self.rpcs)),
+        ]
+        for thread in self.threads:
+            thread.start()
+        self._streamer = triton_grpc.InferenceServerClient(f"127.0.0.1:{port}")
+        self._streamer.start_stream(
+            callback=lambda result, error: self.answers.put(error or result)
+        )
+        self._streamer.async_stream_infer("slow", _features(), request_id="stream-1")
+
+    def finish(self) -> tuple[int, object]:
+        """The server's exit code and the stream's last answer, once every client ended."""
+        code = self.server.wait_exit(timeout_s=30)
+        for thread in self.threads:
+            thread.join(timeout=30)
+        stream_error = self.answers.get(timeout=30)
+        self._streamer.stop_stream()
+        self._streamer.close()
+        self.server.stop()
+        return code, stream_error
+
+
+def test_drain_timeout_answers_each_cut_request_and_exits_1(tmp_path: Path) -> None:
+    _write_slow(tmp_path)
     args = ("--model-repository", str(tmp_path), "--drain-timeout-s", "0.5")
     with ServerProcess(*args, grpc=True) as server:
         wait_until(lambda: server.get("/ready").status_code == 200, what="ready")
-        rest: list[httpx.Response] = []
-        rpcs: list[grpc.RpcError | pb.ModelInferResponse] = []
-        assert server.grpc_port is not None
-        threads = [
-            threading.Thread(target=_post, args=(server, [1, 2, 3], rest)),
-            threading.Thread(target=_post, args=(server, [4, 5, 6], rest)),
-            threading.Thread(target=_grpc, args=(server.grpc_port, rpcs)),
-        ]
-        for thread in threads:
-            thread.start()
-        streamer, answers = _stream(server.grpc_port)
+        clients = _InFlight(server)
+        clients.start([1, 2, 3], [4, 5, 6])
         wait_until(
             lambda: server.metric("podserve_inflight_requests", {"model": "slow"}) == 4,
             what="four in flight",
         )
         server.send_signal(signal.SIGTERM)
-        code = server.wait_exit(timeout_s=30)
-        for thread in threads:
-            thread.join(timeout=30)
-        stream_error = answers.get(timeout=30)
-        streamer.stop_stream()
-        streamer.close()
-        server.stop()
+        code, stream_error = clients.finish()
+    rest, rpcs = clients.rest, clients.rpcs
 
     assert code == 1  # the documented exit code of a drain that cut requests, not -6/134
     assert len(rest) == 2
@@ -148,28 +177,12 @@ def test_a_second_sigterm_exits_at_once_and_grpc_calls_end_unavailable(tmp_path:
     """No drain timeout this time: the second signal stops the server, whose stop ends
     the gRPC calls (UNAVAILABLE, gRPC's own "Cancelling all calls"); only the REST
     request is answered by podserve, and the process exits 1 without a traceback."""
-    write_model(
-        tmp_path,
-        "slow",
-        parameters={"delay_s": 120},
-        batching={"enabled": False},
-        limits={"max_batch_time_s": 600},
-        instance_count=3,
-        warmup=False,
-    )
+    _write_slow(tmp_path)
     args = ("--model-repository", str(tmp_path), "--drain-timeout-s", "300")
     with ServerProcess(*args, grpc=True) as server:
         wait_until(lambda: server.get("/ready").status_code == 200, what="ready")
-        assert server.grpc_port is not None
-        rest: list[httpx.Response] = []
-        rpcs: list[grpc.RpcError | pb.ModelInferResponse] = []
-        threads = [
-            threading.Thread(target=_post, args=(server, [1, 2, 3], rest)),
-            threading.Thread(target=_grpc, args=(server.grpc_port, rpcs)),
-        ]
-        for thread in threads:
-            thread.start()
-        streamer, answers = _stream(server.grpc_port)
+        clients = _InFlight(server)
+        clients.start([1, 2, 3])
         wait_until(
             lambda: server.metric("podserve_inflight_requests", {"model": "slow"}) == 3,
             what="three in flight",
@@ -177,13 +190,8 @@ def test_a_second_sigterm_exits_at_once_and_grpc_calls_end_unavailable(tmp_path:
         server.send_signal(signal.SIGTERM)
         server.wait_log(lambda r: r.get("msg") == "SIGTERM: draining")
         server.send_signal(signal.SIGTERM)
-        code = server.wait_exit(timeout_s=30)
-        for thread in threads:
-            thread.join(timeout=30)
-        stream_error = answers.get(timeout=30)
-        streamer.stop_stream()
-        streamer.close()
-        server.stop()
+        code, stream_error = clients.finish()
+    rest, rpcs = clients.rest, clients.rpcs
 
     assert code == 1
     assert [response.status_code for response in rest] == [503]
@@ -195,12 +203,6 @@ def test_a_second_sigterm_exits_at_once_and_grpc_calls_end_unavailable(tmp_path:
     lines = [r for r in server.logs if r.get("msg") == "request cut at drain timeout"]
     assert [line["path"] for line in lines] == ["/v2/models/slow/infer"]
     assert "Traceback" not in "".join(server.raw_lines)
-
-
-def _features() -> list[triton_grpc.InferInput]:
-    features = triton_grpc.InferInput("x", [1, 3], "FP32")
-    features.set_data_from_numpy(np.ones((1, 3), dtype=np.float32))
-    return [features]
 
 
 def test_open_streams_end_after_their_last_answer_when_the_drain_completes(
