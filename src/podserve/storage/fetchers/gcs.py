@@ -2,8 +2,8 @@
 
 `gs://bucket/key` fetches that one object when it exists, else every object under `key/`
 as a directory (names ending in `/`, the folder placeholders the Cloud console writes, are
-skipped): the shape of s3:// (fetchers/s3.py) and of KServe's `_download_gcs`
-(kserve/kserve python/storage/kserve_storage/kserve_storage.py).
+skipped), the shape every object store shares (fetchers/object_store.py), as in KServe's
+`_download_gcs` (kserve/kserve python/storage/kserve_storage/kserve_storage.py).
 
 A generation number names one version of an object's bytes
 (https://cloud.google.com/storage/docs/metadata#generation-number). It is the resume
