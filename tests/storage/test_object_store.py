@@ -93,3 +93,26 @@ def test_another_version_restarts_from_byte_0(tmp_path: Path) -> None:
     _copy(staging, store, "v2")
     assert store.reads == [0]
     assert (staging.files / "a.bin").read_bytes() == b"new-bytes!"
+
+
+def test_a_read_that_discards_makes_the_retry_start_at_0(tmp_path: Path) -> None:
+    """What gcs.py does when the bytes fail their checksum or another generation was
+    served: the partial goes, so the same version is read again from byte 0."""
+    staging = StagingArea(tmp_path)
+    staging.create()
+    reads: list[int] = []
+
+    def bad_read(obj: StoredObject, offset: int, sink: ObjectSink) -> None:
+        reads.append(offset)
+        sink.write(b"0123")
+        sink.discard()
+        raise FetchNetworkError("checksum")
+
+    obj = StoredObject("m/a.bin", "a.bin", 10, "v1")
+    with pytest.raises(FetchNetworkError, match="checksum"):
+        copy_object(obj, staging, NullProgress(), where="mem://m/a.bin", read=bad_read)
+    store = _Store(b"0123456789")
+    copy_object(obj, staging, NullProgress(), where="mem://m/a.bin", read=store.read)
+    assert reads == [0]
+    assert store.reads == [0]
+    assert (staging.files / "a.bin").read_bytes() == b"0123456789"
