@@ -12,9 +12,11 @@ from typing import Any
 
 import httpx
 import orjson
+import pytest
 import pytest_asyncio
 
 from podserve.config.settings import ServerSettings
+from podserve.core.errors import Draining, ModelNotFound, Unavailable
 from podserve.dataplane import DataPlane
 from podserve.dataplane.build import build_dataplane
 from podserve.server.app import App
@@ -197,3 +199,30 @@ async def test_a_request_that_fails_before_the_queue_gives_its_slot_back(
         await queued_call
         assert queued.status == 200
         assert (await running).status_code == 200
+
+
+def test_admission_promises_no_more_slots_than_the_queue_holds(plane: DataPlane) -> None:
+    """The data plane's side: `gated` queues one request. A promised slot fills it for
+    `admit_early` and `refuse_early` alike (the gRPC edge still calls the latter), counted
+    as a queue_full rejection; released, it is free again."""
+    slot = plane.admit_early("gated")
+    assert slot is not None
+    assert slot.held
+    for admit in (plane.admit_early, plane.refuse_early):
+        with pytest.raises(Unavailable, match="queue is full") as refused:
+            admit("gated")
+        assert refused.value.reason == "queue_full"
+    slot.release()
+    again = plane.admit_early("gated")
+    assert again is not None
+    again.release()
+    exposition, _ = plane.metrics_exposition()
+    assert b'podserve_rejected_requests_total{model="gated",reason="queue_full"} 2.0' in exposition
+
+
+def test_no_slot_is_promised_to_a_draining_server_or_an_unknown_model(plane: DataPlane) -> None:
+    with pytest.raises(ModelNotFound):
+        plane.admit_early("no-such-model")
+    plane.begin_drain()
+    with pytest.raises(Draining):
+        plane.admit_early("gated")
