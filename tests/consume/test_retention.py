@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import cast
 
 import orjson
 import pytest
 import redis.asyncio as aioredis
+from redis.typing import EncodableT, FieldT
 
 from podserve.consume.consumer import ConsumerPolicy
 from podserve.consume.contract import Result
@@ -36,6 +38,11 @@ async def redis_now_ms(client: aioredis.Redis) -> int:
     return seconds * 1000 + micros // 1000
 
 
+async def expire_time_ms(client: aioredis.Redis, key: str) -> int:
+    """PEXPIRETIME (Redis 7), which redis-py's asyncio client has no typed method for."""
+    return cast(int, await client.execute_command("PEXPIRETIME", key))  # type: ignore[no-untyped-call]
+
+
 async def result_ids(client: aioredis.Redis, stream: str) -> list[bytes]:
     return [fields[b"id"] for _id, fields in entries(await client.xrange(stream))]
 
@@ -58,7 +65,7 @@ async def test_a_result_past_the_ttl_is_trimmed_before_its_id_is_answered_again(
     rs = RedisStreams(client, names)
     await rs.ensure_group()
     now = await redis_now_ms(client)
-    old = {"id": "again", "status": "200", "body": "{}"}
+    old: dict[FieldT, EncodableT] = {"id": "again", "status": "200", "body": "{}"}
     await client.xadd(names.results, old, id=f"{now - HOUR_MS - 5000}-0")  # its marker expired
     await client.xadd(names.results, {**old, "id": "kept"}, id=f"{now - 60_000}-0")
     await client.set(names.done_marker("kept"), "1-0", px=HOUR_MS - 60_000)
@@ -83,9 +90,9 @@ async def test_each_marker_expires_a_ttl_after_its_results_entry_id(
         await client.xadd(names.requests, {"id": rid, "model": "m", "body": b"{}"})
     first, second = await rs.read_new(10, 100)
     assert await rs.apply([Write(first, Result("now", 200, b"{}"))]) == [1]
-    (written,) = await client.xrange(names.results)
+    (written,) = entries(await client.xrange(names.results))
     written_ms = int(written[0].split(b"-")[0])
-    expires = await client.execute_command("PEXPIRETIME", names.done_marker("now"))
+    expires = await expire_time_ms(client, names.done_marker("now"))
     # The call's TIME + ttl + 1 s of slack for a slow call: a ttl after the id, at most
     # a second more.
     assert written_ms + 600_000 <= expires <= written_ms + 600_000 + 1000
@@ -96,7 +103,7 @@ async def test_each_marker_expires_a_ttl_after_its_results_entry_id(
     assert await rs.apply([Write(second, Result("ahead", 200, b"{}"))]) == [1]
     last = entries(await client.xrevrange(names.results, count=1))[0][0]
     assert last == f"{ahead_ms}-1".encode()
-    expires = await client.execute_command("PEXPIRETIME", names.done_marker("ahead"))
+    expires = await expire_time_ms(client, names.done_marker("ahead"))
     assert expires == ahead_ms + 600_000
 
 

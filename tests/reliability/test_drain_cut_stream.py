@@ -31,7 +31,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import numpy as np
 import openai
 import pytest
@@ -65,9 +65,10 @@ def _long_lm(root: Path) -> None:
     spec_path.write_text(yaml.safe_dump(spec))
 
 
-def _slow_reader() -> httpx.Client:
-    transport = httpx.HTTPTransport(socket_options=[(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)])
-    return httpx.Client(transport=transport, timeout=60)
+def _slow_reader() -> httpx2.Client:
+    """The openai SDK (3.x) runs on httpx2, httpx's successor, and takes its client."""
+    options = [(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)]
+    return httpx2.Client(transport=httpx2.HTTPTransport(socket_options=options), timeout=60)
 
 
 class RawStream:
