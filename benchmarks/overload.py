@@ -34,11 +34,12 @@ rest of the machine's (other tenants). What that showed (docs/benchmarks.md, Ove
   clients all runnable on 2 cores, CFS gives each about 2/3 of a core, about the goodput
   the issue measured (0.60-0.66x); measured here, the model thread got 0.32-0.57x its
   capacity-phase CPU with clients at nice 0.
-- So the load generator is podserve bench's raw-asyncio client (`--client lean`, 0.03 ms
-  an attempt; `--client httpx` is the old one), in its own process at `--client-nice 19`
-  in the capacity phases and the overload phases alike (the same handicap on both sides
-  of the ratio). The probes and the RSS sampling stay in this process at normal
-  priority, as the kubelet's would. `--client-nice 0` reproduces the unfair setup.
+- So the load generator (overload_clients.py) is podserve bench's raw-asyncio client
+  (`--client lean`, 0.03 ms an attempt; `--client httpx` is the old one), in its own
+  process at `--client-nice 19` in the capacity phases and the overload phases alike
+  (the same handicap on both sides of the ratio). The probes and the RSS sampling stay
+  in this process at normal priority, as the kubelet's would. `--client-nice 0`
+  reproduces the unfair setup.
 
 For each overload phase: goodput (200s per second) and its ratio to capacity, the offered
 attempts per second, rejection latency (p50/p99 of the 503s, as the clients saw them),
@@ -56,243 +57,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import datetime as dt
 import multiprocessing
 import os
-import random
 import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
-
-import httpx
-import numpy as np
-import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import harness
+from overload_clients import load_process
+from overload_cpu import ServerMeter
 
-from podserve.bench.client import ConnectionClosed, HttpConnection, RequestTimeout
-from podserve.bench.client import run as run_loop
-from podserve.bench.wire import ResponseParser, encode_request
-
-ROWS = 64
 MAX_SPREAD = 0.25
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def body() -> bytes:
-    data = np.random.default_rng(0).standard_normal((ROWS, 256)).astype(np.float32)
-    return orjson.dumps(
-        {
-            "inputs": [
-                {
-                    "name": "input",
-                    "shape": [ROWS, 256],
-                    "datatype": "FP32",
-                    "data": data.reshape(-1).tolist(),
-                }
-            ]
-        }
-    )
-
-
-# -- CPU accounting ------------------------------------------------------------------------
-
-
-def cpu_s(pid: int, tid: int | None = None) -> float:
-    """utime + stime of a process (all its threads) or of one of its threads, from /proc
-    (proc(5): fields 14 and 15 of `stat`, in clock ticks)."""
-    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
-    fields = Path(path).read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
-
-def machine_busy_s() -> float:
-    """CPU-seconds the whole machine spent busy (every core), from /proc/stat."""
-    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    idle = values[3] + values[4]  # idle + iowait
-    return (sum(values[:8]) - idle) / CLOCK_TICKS
-
-
-def threads_cpu_s(pid: int) -> dict[int, float]:
-    """CPU-seconds of each thread of `pid` (threads that exit meanwhile are left out)."""
-    times = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-            times[int(tid)] = cpu_s(pid, int(tid))
-    return times
-
-
-@dataclass
-class ServerMeter:
-    """CPU-seconds during a phase: the server's, split into its main thread (the event
-    loop: HTTP parsing, routing, refusals, JSON decoding), its busiest other thread (the
-    model's worker thread, which runs onnxruntime's one intra-op thread inline: the
-    runtime defaults to the usable CPUs less one, docs/benchmarks.md) and the rest; and
-    the whole machine's."""
-
-    pid: int
-    threads: dict[int, float] = field(default_factory=dict)
-    machine_s: float = 0.0
-
-    def begin(self) -> None:
-        self.threads = threads_cpu_s(self.pid)
-        self.machine_s = machine_busy_s()
-
-    def end(self) -> dict[str, float]:
-        machine_s = machine_busy_s() - self.machine_s
-        used = {
-            tid: now - self.threads.get(tid, 0.0) for tid, now in threads_cpu_s(self.pid).items()
-        }
-        loop_s = used.pop(self.pid, 0.0)
-        model_s = max(used.values(), default=0.0)
-        server_s = loop_s + sum(used.values())
-        return {
-            "server": server_s,
-            "server_loop": loop_s,
-            "server_model_thread": model_s,
-            "machine": machine_s,
-        }
-
-
-# -- the load generator (its own process, at lower priority) --------------------------------
-
-
-async def client_loop(
-    client: httpx.AsyncClient,
-    url: str,
-    payload: bytes,
-    tally: harness.Tally,
-    rejections_s: list[float],
-    stop: asyncio.Event,
-    *,
-    backoff: bool,
-    max_backoff_s: float,
-) -> None:
-    headers = {"content-type": "application/json"}
-    while not stop.is_set():
-        start = time.monotonic()
-        try:
-            response = await client.post(url, content=payload, headers=headers)
-        except httpx.HTTPError as exc:
-            tally.record(f"error:{type(exc).__name__}")
-            continue
-        elapsed_s = time.monotonic() - start
-        if response.status_code == 200:
-            tally.record("ok", elapsed_s)
-            continue
-        tally.record(str(response.status_code))
-        if response.status_code == 503:
-            rejections_s.append(elapsed_s)
-            if backoff:
-                retry_after = response.headers.get("retry-after", "1")
-                try:
-                    wait_s = min(float(retry_after), max_backoff_s)
-                except ValueError:
-                    wait_s = 1.0
-                await asyncio.sleep(random.uniform(0, wait_s))  # full jitter
-
-
-class _Connection(HttpConnection):
-    """podserve bench's lean keep-alive connection, keeping each answer's Retry-After."""
-
-    retry_after = "1"
-
-    def _finish(self, parser: ResponseParser) -> None:
-        self.retry_after = parser.headers.get("retry-after", "1")
-        super()._finish(parser)
-
-
-async def lean_loop(
-    host: str,
-    port: int,
-    raw: bytes,
-    tally: harness.Tally,
-    rejections_s: list[float],
-    stop: asyncio.Event,
-    *,
-    backoff: bool,
-    max_backoff_s: float,
-) -> None:
-    """`client_loop` on podserve bench's raw-asyncio client: the request is encoded once,
-    only the status line and framing headers are parsed (docs/benchmarks.md, Method)."""
-    loop = asyncio.get_running_loop()
-    connection: _Connection | None = None
-    while not stop.is_set():
-        if connection is None or connection.closed:
-            _, connection = await loop.create_connection(_Connection, host, port)
-        start = time.monotonic()
-        try:
-            response = await connection.request(raw, timeout_s=60)
-        except (ConnectionClosed, RequestTimeout, OSError) as exc:
-            tally.record(f"error:{type(exc).__name__}")
-            connection = None
-            continue
-        elapsed_s = time.monotonic() - start
-        if response.status == 200:
-            tally.record("ok", elapsed_s)
-            continue
-        tally.record(str(response.status))
-        if response.status == 503:
-            rejections_s.append(elapsed_s)
-            if backoff:
-                try:
-                    wait_s = min(float(connection.retry_after), max_backoff_s)
-                except ValueError:
-                    wait_s = 1.0
-                await asyncio.sleep(random.uniform(0, wait_s))  # full jitter
-    if connection is not None:
-        connection.close()
-
-
-async def generate_load(spec: dict[str, Any], conn: Connection) -> dict[str, Any]:
-    tally = harness.Tally()
-    rejections_s: list[float] = []
-    stop = asyncio.Event()
-    clients = spec["clients"]
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    payload = body()
-    url = httpx.URL(spec["url"])
-    raw = encode_request("POST", f"{url.host}:{url.port}", url.path, payload)
-    options = {"backoff": spec["backoff"], "max_backoff_s": spec["max_backoff_s"]}
-    async with httpx.AsyncClient(timeout=60, limits=limits) as client:
-        if spec["client"] == "httpx":
-            loops = [
-                client_loop(client, spec["url"], payload, tally, rejections_s, stop, **options)
-                for _ in range(clients)
-            ]
-        else:
-            loops = [
-                lean_loop(url.host, url.port or 80, raw, tally, rejections_s, stop, **options)
-                for _ in range(clients)
-            ]
-        tasks = [asyncio.create_task(one) for one in loops]
-        cpu_start = time.process_time()
-        conn.send("started")
-        await asyncio.to_thread(conn.recv)  # the orchestrator's "stop"
-        cpu_s_used = time.process_time() - cpu_start
-        stop.set()
-        await asyncio.gather(*tasks)
-    return {
-        "outcomes": dict(tally.outcomes),
-        "ok_latencies_s": tally.latencies_s,
-        "rejections_s": rejections_s,
-        "cpu_s": cpu_s_used,
-    }
-
-
-def load_process(spec: dict[str, Any], conn: Connection) -> None:
-    """Entry point of the load generator's process."""
-    os.nice(spec["nice"])
-    conn.send(run_loop(generate_load(spec, conn)))
-    conn.close()
 
 
 # -- the orchestrator --------------------------------------------------------------------------
