@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from podserve.admission import Reservation
 from podserve.core.tensors import InferRequest, InferResponse
 from podserve.core.triton import ModelStatistics
 from podserve.dataplane.types import (
@@ -51,11 +50,6 @@ class DataPlaneAPI(Protocol):
     def refuse_early(self, name: str, version: str | None = None) -> None:
         """Raise now what `infer` would raise anyway for a draining server, an unknown
         model or a full queue, before the edge decodes the request."""
-        ...
-
-    def admit_early(self, name: str, version: str | None = None) -> Reservation | None:
-        """`refuse_early`, holding a queue slot for the request it lets by until `infer`
-        enqueues it (pass it as `CallContext.reservation`; release it on other paths)."""
         ...
 
     async def infer(self, request: InferRequest, call: CallContext = ...) -> InferResponse:
