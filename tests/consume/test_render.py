@@ -73,6 +73,9 @@ def test_renders_deployment_scaled_object_and_trigger_authentication() -> None:
     assert flag["--max-failures"] == "3"
     # Results retention: the spec's defaults, as the consumer's flags.
     assert (flag["--results-ttl-s"], flag["--results-maxlen"]) == ("86400", "1000000")
+    # Request and dead-letter retention: deleted once acknowledged, dead letters capped.
+    assert flag["--dead-letter-maxlen"] == "100000"
+    assert args[-1] == "--delete-acknowledged"
     # 1 s read + 2 x 5 s (the example's longestRequestSeconds) = 11 s, then the margin.
     assert flag["--drain-timeout-s"] == "11"
     assert pod["terminationGracePeriodSeconds"] == 11 + 5
@@ -165,6 +168,31 @@ def test_results_retention_is_passed_to_the_consumer() -> None:
     assert (flag["--results-ttl-s"], flag["--results-maxlen"]) == ("3600", "0")
     with pytest.raises(ValidationError, match="resultsRetentionSeconds"):
         service(resultsRetentionSeconds=0)
+
+
+@pytest.mark.parametrize(
+    ("changes", "flag", "delete", "dead_maxlen"),
+    [
+        ({}, "--delete-acknowledged", True, 100_000),
+        ({"deleteAcknowledged": False, "deadLetterMaxLen": 0}, "--keep-acknowledged", False, 0),
+        ({"deadLetterMaxLen": 500}, "--delete-acknowledged", True, 500),
+    ],
+)
+def test_request_and_dead_letter_retention_reach_the_consumer_cli(
+    changes: dict[str, Any], flag: str, delete: bool, dead_maxlen: int
+) -> None:
+    """The rendered args, parsed by `podserve consume`'s own parser, give the spec's
+    request-stream and dead-letter retention."""
+    from podserve.cli.main import build_parser
+
+    args = consumer_objects(service(**changes))["Deployment"]["spec"]["template"]["spec"][
+        "containers"
+    ][0]["args"]
+    assert args[-1] == flag
+    parsed = build_parser().parse_args(args)
+    assert (parsed.delete_acknowledged, parsed.dead_letter_maxlen) == (delete, dead_maxlen)
+    with pytest.raises(ValidationError, match="deadLetterMaxLen"):
+        service(deadLetterMaxLen=-1)
 
 
 def test_min_above_max_is_refused() -> None:

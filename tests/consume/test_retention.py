@@ -155,7 +155,12 @@ async def test_the_count_cap_bounds_the_stream_and_repeats_stay_unanswered(
 
 
 @pytest.mark.parametrize(
-    ("flag", "says"), [("--results-maxlen", "0 (no cap) or more"), ("--results-ttl-s", "1 second")]
+    ("flag", "says"),
+    [
+        ("--results-maxlen", "0 (no cap) or more"),
+        ("--results-ttl-s", "1 second"),
+        ("--dead-letter-maxlen", "dead-letter maxlen must be 0 (no cap) or more"),
+    ],
 )
 def test_the_cli_refuses_impossible_retention(
     flag: str, says: str, capsys: pytest.CaptureFixture[str]

@@ -122,6 +122,28 @@ def register(subparsers: Any) -> None:
         default=1_000_000,
         help="cap on the results stream's length (XTRIM MAXLEN ~, whole nodes; 0: no cap)",
     )
+    acked = parser.add_mutually_exclusive_group()
+    acked.add_argument(
+        "--delete-acknowledged",
+        dest="delete_acknowledged",
+        action="store_true",
+        default=True,
+        help="XDEL request entries once answered and acknowledged (default): right when this "
+        "group is the stream's only reader (a work queue); skipped while another group exists",
+    )
+    acked.add_argument(
+        "--keep-acknowledged",
+        dest="delete_acknowledged",
+        action="store_false",
+        help="leave acknowledged entries in the request stream (other readers need them; "
+        "trim it yourself)",
+    )
+    parser.add_argument(
+        "--dead-letter-maxlen",
+        type=int,
+        default=100_000,
+        help="cap on the dead-letter stream's length (XADD MAXLEN ~, whole nodes; 0: no cap)",
+    )
     parser.add_argument(
         "--cache-dir", type=Path, default=None, help="model cache (env PODSERVE_CACHE_DIR)"
     )
@@ -167,7 +189,12 @@ def _run(args: argparse.Namespace) -> int:
             claim_idle_ms=args.claim_idle_ms,
             max_failures=args.max_failures,
         )
-        retention = Retention(ttl_s=args.results_ttl_s, maxlen=args.results_maxlen)
+        retention = Retention(
+            ttl_s=args.results_ttl_s,
+            maxlen=args.results_maxlen,
+            delete_acknowledged=args.delete_acknowledged,
+            dead_letter_maxlen=args.dead_letter_maxlen,
+        )
     except (ValidationError, ValueError) as exc:
         print(f"podserve consume: invalid settings:\n{exc}", file=sys.stderr)
         return 2

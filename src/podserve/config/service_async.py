@@ -58,6 +58,19 @@ class AsyncConsumer(_Spec):
         description="Cap on the results stream's length, trimmed approximately (`MAXLEN ~`, "
         "`--results-maxlen`); 0: no cap.",
     )
+    delete_acknowledged: bool = Field(
+        True,
+        description="Delete request entries once answered and acknowledged "
+        "(`--delete-acknowledged`; false: `--keep-acknowledged`). Right for a work queue, "
+        "whose group is the stream's only reader; set false when another consumer group or "
+        "an XREAD reader needs the entries, and trim the stream yourself.",
+    )
+    dead_letter_max_len: int = Field(
+        100_000,
+        ge=0,
+        description="Cap on the dead-letter stream's length, trimmed approximately "
+        "(`MAXLEN ~`, `--dead-letter-maxlen`); 0: no cap.",
+    )
     min_replicas: int = Field(0, ge=0, description="0 scales the consumers to zero when idle.")
     max_replicas: int = Field(10, ge=1, description="Most consumer replicas.")
     scale_on: Literal["lag", "pendingEntries"] = Field(

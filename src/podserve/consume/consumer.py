@@ -77,6 +77,7 @@ class Consumer:
         self._tasks: dict[asyncio.Task[None], StreamEntry] = {}
         self._running: set[str] = set()  # the entry ids of _tasks
         self._writer = ResultWriter(streams)
+        self._warned_groups = False
         # Read at scrape time: setting it on every entry's start and end cost a lock each.
         metrics.inflight.set_function(lambda: len(self._tasks))
 
@@ -215,6 +216,14 @@ class Consumer:
         except RedisError:
             return
         if state is not None:
+            retention = self._streams.names.retention
+            if state.groups > 1 and retention.delete_acknowledged and not self._warned_groups:
+                self._warned_groups = True
+                log.warning(
+                    "another group reads the request stream: acknowledged entries are kept, "
+                    "not deleted (--keep-acknowledged says so and silences this)",
+                    extra={"groups": state.groups},
+                )
             self._metrics.pending.set(state.pending)
             if state.lag is not None:
                 self._metrics.lag.set(state.lag)

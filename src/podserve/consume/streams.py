@@ -13,7 +13,9 @@ Delivery semantics (https://redis.io/docs/latest/develop/data-types/streams/):
   same Lua script: a crash before the script leaves the entry pending (it runs again), a
   crash after it leaves it answered and acknowledged, and there is no state in between.
 - The same script trims the results stream by age and count and expires each marker with
-  its result (retention.py: the guarantee, stated exactly).
+  its result, deletes the request entries it acknowledges (all but the group's
+  last-delivered one, which keeps XINFO GROUPS' lag a number) and caps the dead-letter
+  stream (retention.py: the guarantees and why, stated exactly).
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ from podserve.consume.retention import Retention
 
 # Every write of one flush in one script call: one round trip and one script run for the
 # batch, each write keeping its own semantics (and the whole batch atomic).
-# KEYS: results, requests, failures hash, dead letters, then write i's done marker at 4+i
-# ARGV: group, retention ttl (ms), results maxlen (0: no cap), then per write in order
+# KEYS: results, requests, failures hash, dead letters, the held-back entry id, then write
+#       i's done marker at 5+i
+# ARGV: group, retention ttl (ms), results maxlen (0: no cap), delete acknowledged (1/0),
+#       dead-letter maxlen (0: no cap), then per write in order
 #       'r' (a result): entry id, request id, status, body
 #       'f' (a failed attempt): entry id, request id, status, body, max failures, error,
 #           model, request body, api
@@ -41,18 +45,23 @@ from podserve.consume.retention import Retention
 # first (exact MINID, Redis' clock), each marker expires no sooner than ttl after its
 # result's entry id (and at most a second later), and the count cap trims whole nodes
 # (MAXLEN ~) once per call.
-# Per call, not per write: TIME, both trims, one variadic XACK and one HDEL for every
+# Per call, not per write: TIME, both trims, one variadic XACK, HDEL and XDEL for every
 # entry answered (each redis.call from Lua costs about a microsecond on its own).
+# Deleting acknowledged requests: XACK + XDEL (Redis 8.2's XACKDEL would be one command,
+# https://redis.io/docs/latest/commands/xackdel/; Redis 7 has no such command), skipped
+# while another group reads the stream, and never the group's last-delivered entry, which
+# waits in KEYS[5] for a later call (retention.py: it keeps XINFO GROUPS' lag a number).
 _WRITES_LUA = """
 local out = {}
 local group, ttl, maxlen = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local delete, dead_maxlen = ARGV[4] == '1', tonumber(ARGV[5])
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 redis.call('XTRIM', KEYS[1], 'MINID', string.format('%d', now - ttl))
 local expire_at = string.format('%d', now + ttl + 1000)
 local acked, marked, last = {}, {}, nil
-local a = 4
-for i = 1, #KEYS - 4 do
+local a = 6
+for i = 1, #KEYS - 5 do
   local failed = ARGV[a] == 'f'
   local entry, rid, status, body = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   local count = 0
@@ -62,14 +71,18 @@ for i = 1, #KEYS - 4 do
   if failed and count < tonumber(ARGV[a + 5]) then
     out[i] = count
   else
-    if failed then
+    if failed and dead_maxlen > 0 then
+      redis.call('XADD', KEYS[4], 'MAXLEN', '~', dead_maxlen, '*', 'id', rid,
+                 'model', ARGV[a + 7], 'body', ARGV[a + 8], 'api', ARGV[a + 9],
+                 'entry', entry, 'error', ARGV[a + 6], 'failures', count)
+    elseif failed then
       redis.call('XADD', KEYS[4], '*', 'id', rid, 'model', ARGV[a + 7], 'body', ARGV[a + 8],
                  'api', ARGV[a + 9], 'entry', entry, 'error', ARGV[a + 6], 'failures', count)
     end
     local written = 0
-    if redis.call('SET', KEYS[4 + i], entry, 'NX', 'PXAT', expire_at) then
+    if redis.call('SET', KEYS[5 + i], entry, 'NX', 'PXAT', expire_at) then
       last = redis.call('XADD', KEYS[1], '*', 'id', rid, 'status', status, 'body', body)
-      marked[#marked + 1] = KEYS[4 + i]
+      marked[#marked + 1] = KEYS[5 + i]
       written = 1
     end
     acked[#acked + 1] = entry
@@ -80,6 +93,24 @@ end
 if #acked > 0 then
   redis.call('XACK', KEYS[2], group, unpack(acked))
   redis.call('HDEL', KEYS[3], unpack(acked))
+  local groups = delete and redis.call('XINFO', 'GROUPS', KEYS[2]) or {}
+  if #groups == 1 then
+    local info, tip = groups[1], nil
+    for j = 1, #info - 1, 2 do
+      if info[j] == 'last-delivered-id' then tip = info[j + 1] end
+    end
+    local gone, hold = {}, nil
+    for _, entry in ipairs(acked) do
+      if entry == tip then hold = entry else gone[#gone + 1] = entry end
+    end
+    local held = redis.call('GET', KEYS[5])
+    if held and held ~= tip then
+      gone[#gone + 1] = held
+      if not hold then redis.call('DEL', KEYS[5]) end
+    end
+    if hold then redis.call('SET', KEYS[5], hold) end
+    if #gone > 0 then redis.call('XDEL', KEYS[2], unpack(gone)) end
+  end
 end
 if last then
   -- Ids only grow: if the last one is within the second of slack the markers got, none
@@ -113,6 +144,11 @@ class StreamNames:
     def failures(self) -> str:
         return f"{self.requests}:{self.group}:failures"
 
+    @property
+    def held(self) -> str:
+        """The acknowledged entry not deleted yet: the group's last-delivered one."""
+        return f"{self.requests}:{self.group}:held"
+
     def done_marker(self, request_id: str) -> str:
         return f"{self.results}:done:{request_id}"
 
@@ -133,7 +169,8 @@ class Write:
 @dataclass(frozen=True, slots=True)
 class GroupState:
     pending: int
-    lag: int | None  # None: Redis < 7 does not report it
+    lag: int | None  # None: Redis < 7 does not report it (or cannot: retention.py)
+    groups: int = 1  # groups reading the stream; above 1 acknowledged entries are kept
 
 
 class RedisStreams:
@@ -220,8 +257,12 @@ class RedisStreams:
         if not writes:
             return []
         names = self.names
-        keys: list[str] = [names.results, names.requests, names.failures, names.dead_letters]
-        args: list[Arg] = [names.group, names.retention.ttl_ms, names.retention.maxlen]
+        keys: list[str] = [
+            names.results, names.requests, names.failures, names.dead_letters, names.held
+        ]  # fmt: skip
+        retention = names.retention
+        args: list[Arg] = [names.group, retention.ttl_ms, retention.maxlen]
+        args += [int(retention.delete_acknowledged), retention.dead_letter_maxlen]
         for write in writes:
             entry, result = write.entry, write.result
             keys.append(names.done_marker(entry.request_id))
@@ -247,7 +288,8 @@ class RedisStreams:
             name = group.get("name")
             if (name.decode() if isinstance(name, bytes) else name) == self.names.group:
                 lag = group.get("lag")
-                return GroupState(int(group.get("pending", 0)), None if lag is None else int(lag))
+                pending = int(group.get("pending", 0))
+                return GroupState(pending, None if lag is None else int(lag), len(groups))
         return None
 
 

@@ -81,8 +81,11 @@ def consumer_args(service: ModelService, queue: AsyncConsumer) -> list[str]:
     if queue.dead_letter_stream is not None:
         args += ["--dead-letter-stream", queue.dead_letter_stream]
         args += ["--max-failures", str(queue.max_failures)]
+        args += ["--dead-letter-maxlen", str(queue.dead_letter_max_len)]
     else:
         args += ["--max-failures", "0"]  # never dead-letter: what the spec asked for
+    # The one flag without a value goes last, after every flag/value pair.
+    args.append("--delete-acknowledged" if queue.delete_acknowledged else "--keep-acknowledged")
     return args
 
 
