@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from podserve.admission.reservations import Reservation
 from podserve.core.errors import InvalidInput, ModelNotFound
 from podserve.core.tensors import Datatype, InferRequest, InferResponse, Tensor, TensorSpec
 from podserve.core.triton import BatchStatistics, Duration, ModelConfigView, ModelStatistics
@@ -215,6 +216,10 @@ class FakeDataPlane:
 
     def refuse_early(self, name: str, version: str | None = None) -> None:
         """The fake has no queues and no drain: it never refuses early."""
+
+    def admit_early(self, name: str, version: str | None = None) -> Reservation | None:
+        """No queues, so no slot to promise (as for a generative model)."""
+        return None
 
     async def load_model(self, name: str, call: CallContext | None = None) -> None:
         self._known(name)

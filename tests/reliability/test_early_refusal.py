@@ -203,7 +203,7 @@ async def test_a_request_that_fails_before_the_queue_gives_its_slot_back(
 
 def test_admission_promises_no_more_slots_than_the_queue_holds(plane: DataPlane) -> None:
     """The data plane's side: `gated` queues one request. A promised slot fills it for
-    `admit_early` and `refuse_early` alike (the gRPC edge still calls the latter), counted
+    `admit_early` and `refuse_early` alike, counted
     as a queue_full rejection; released, it is free again."""
     slot = plane.admit_early("gated")
     assert slot is not None
@@ -226,3 +226,52 @@ def test_no_slot_is_promised_to_a_draining_server_or_an_unknown_model(plane: Dat
     plane.begin_drain()
     with pytest.raises(Draining):
         plane.admit_early("gated")
+
+
+async def test_grpc_takes_and_gives_back_its_queue_slot_as_rest_does(plane: DataPlane) -> None:
+    """The gRPC edge admits with `admit_early` too: a slot promised to another request
+    refuses its call UNAVAILABLE (queue full), and every call it lets by gives its slot
+    back however it ends (served, or refused by its decode), so `gated`'s one slot is
+    free again after each."""
+    import grpc
+    from tritonclient.grpc import service_pb2 as triton_pb
+    from tritonclient.grpc import service_pb2_grpc as triton_stub
+
+    from podserve.server.grpc import start_grpc_server, stop_grpc_server
+
+    server, port = await start_grpc_server(plane, "127.0.0.1", 0, max_message_bytes=1 << 20)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = triton_stub.GRPCInferenceServiceStub(channel)
+
+            def request(raw: bytes) -> triton_pb.ModelInferRequest:
+                message = triton_pb.ModelInferRequest(model_name="gated")
+                message.inputs.add(name="x", datatype="FP32", shape=[1, 3])
+                message.raw_input_contents.append(raw)
+                return message
+
+            def slot_is_free() -> bool:
+                slot = plane.admit_early("gated")
+                assert slot is not None
+                slot.release()
+                return True
+
+            held = plane.admit_early("gated")
+            assert held is not None
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stub.ModelInfer(request(bytes(12)), timeout=30)
+            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert "queue is full" in str(refused.value.details())
+            held.release()
+
+            with pytest.raises(grpc.aio.AioRpcError) as bad:  # 8 bytes for 3 FP32 values
+                await stub.ModelInfer(request(bytes(8)), timeout=30)
+            assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert slot_is_free()
+
+            GATES["gated"].open.set()
+            served = await stub.ModelInfer(request(bytes(12)), timeout=30)
+            assert served.model_name == "gated"
+            assert slot_is_free()
+    finally:
+        await stop_grpc_server(server, grace_s=0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from podserve.admission.reservations import Reservation
 from podserve.core.tensors import InferRequest, InferResponse
 from podserve.core.triton import ModelStatistics
 from podserve.dataplane.types import (
@@ -50,6 +51,12 @@ class DataPlaneAPI(Protocol):
     def refuse_early(self, name: str, version: str | None = None) -> None:
         """Raise now what `infer` would raise anyway for a draining server, an unknown
         model or a full queue, before the edge decodes the request."""
+        ...
+
+    def admit_early(self, name: str, version: str | None = None) -> Reservation | None:
+        """`refuse_early`, and for a request it lets by, a promised queue slot to pass as
+        `CallContext.reservation` to `infer` and to release on every other path (twice
+        is a no-op): requests arriving while it is decoded see the slot as taken."""
         ...
 
     async def infer(self, request: InferRequest, call: CallContext = ...) -> InferResponse:

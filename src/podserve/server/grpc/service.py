@@ -56,6 +56,7 @@ from typing import Any, NoReturn, TypeAlias
 import grpc
 
 from podserve.admission import retry_after_header
+from podserve.admission.reservations import Reservation
 from podserve.core.errors import (
     AlreadyExists,
     Cancelled,
@@ -175,12 +176,18 @@ async def _abort(
     raise AssertionError("grpc.aio's context.abort returned")
 
 
-def _call(context: Context, endpoint: str, request_id: str | None) -> CallContext:
+def _call(
+    context: Context,
+    endpoint: str,
+    request_id: str | None,
+    reservation: Reservation | None = None,
+) -> CallContext:
     remaining_s = context.time_remaining()  # None without a client deadline
     return CallContext(
         endpoint=endpoint,
         request_id=request_id,
         client_timeout_s=None if remaining_s is None else float(remaining_s),
+        reservation=reservation,
     )
 
 
@@ -282,14 +289,17 @@ class InferenceServicer(SharedMemoryRpcs):
         started = time.perf_counter()
         dataplane = self._dataplane
         code = "200"
+        reservation: Reservation | None = None
         try:
-            # a full queue or a drain refuses before the tensors are decoded
-            dataplane.refuse_early(request.model_name, request.model_version or None)
+            # A full queue or a drain refuses before the tensors are decoded, and the
+            # request let by holds a queue slot until `infer` queues it, as on REST
+            # (admission/reservations.py): no refusal after a decode.
+            reservation = dataplane.admit_early(request.model_name, request.model_version or None)
             infer_request = decode_infer_request(
                 request, request_id=request_id, shared_memory=dataplane.shared_memory
             )
             response = await dataplane.infer(
-                infer_request, _call(context, INFER_ENDPOINT, request_id)
+                infer_request, _call(context, INFER_ENDPOINT, request_id, reservation)
             )
             return encode_infer_response(response, request_id=request_id)
         except Exception as exc:  # every error must become a status, counted by its code
@@ -299,6 +309,8 @@ class InferenceServicer(SharedMemoryRpcs):
             code = _code(exc)
             raise
         finally:
+            if reservation is not None:  # a decode error or a cancel: give the slot back
+                reservation.release()
             dataplane.record_request(
                 request.model_name, INFER_ENDPOINT, code, time.perf_counter() - started
             )
