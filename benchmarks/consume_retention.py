@@ -17,24 +17,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import shutil
-import socket
-import subprocess
-import time
 from typing import Any
 
 import redis.asyncio as aioredis
+from consume import redis_server  # benchmarks/consume.py (this folder is on sys.path)
 
 from podserve.consume.contract import Result
 from podserve.consume.retention import Retention
 from podserve.consume.streams import RedisStreams, StreamNames, Write
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 async def _script_usec(client: aioredis.Redis) -> tuple[float, int]:
@@ -104,30 +94,9 @@ def main() -> None:
     parser.add_argument("--entries", type=int, default=20_000)
     parser.add_argument("--flush", type=int, default=10, help="results per script call")
     args = parser.parse_args()
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("redis-server is not installed")
-    port = _free_port()
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 20
-        while True:  # a benchmark's start-up wait: poll the port until it answers
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        url = f"redis://127.0.0.1:{port}/0"
+    # the same redis-server the consume benchmark starts (free port, no persistence)
+    with redis_server() as (url, _pid):
         print(json.dumps(asyncio.run(_main(args.entries, args.flush, url)), indent=2))
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 if __name__ == "__main__":
