@@ -34,6 +34,7 @@ from podserve.core.errors import (
 from podserve.engine import Worker
 from podserve.generation.client import EngineClient
 from podserve.generation.registry import EngineServices
+from podserve.repository.load_thread import run_on_own_thread
 from podserve.repository.loading import fetch_source, load_and_warm, model_size_bytes
 from podserve.runtimes import ModelAPI
 
@@ -190,7 +191,10 @@ class ModelRepository:
                     self.last_progress_s = self._clock.now_s()
                 entry.memory_bytes = config.memory_bytes or model_size_bytes(config)
                 await self._make_room(entry)
-                model = await asyncio.to_thread(load_and_warm, config, self._engines)
+                # A thread that ends with the load: see load_thread.py (OpenMP teams).
+                model = await run_on_own_thread(
+                    f"podserve-load-{name}", load_and_warm, config, self._engines
+                )
             except Unavailable as exc:
                 entry.state, entry.error = ModelState.UNAVAILABLE, exc.message
                 raise
