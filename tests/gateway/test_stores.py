@@ -205,12 +205,23 @@ async def test_a_restarted_redis_rebuilds_committed_spend(
     await store.close()
 
 
+async def test_a_hold_of_nothing_that_costs_something_is_still_charged(store: Store) -> None:
+    """A reservation of 0 (no tokens estimated) writes no scope row; its settlement must
+    still charge the budget when the upstream reports a cost."""
+    nothing = _hold(0, 0, limit_micro=300)
+    assert isinstance(await store.reserve(nothing), Grant)
+    assert await store.settle(_settle(nothing, 10, 100))  # 210 spent
+    assert isinstance(await store.reserve(_hold(10, 100, limit_micro=300)), Refusal)
+
+
 async def test_sqlite_settlements_share_one_transaction(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "gw.db")
     try:
         holds = [_hold(10, 100, limit_micro=1000) for _ in range(20)]
+        before = store.transactions
         results = await asyncio.gather(*(store.reserve(h) for h in holds))
-        # Reservations are answered at once, in arrival order: the first four fit.
+        assert store.transactions == before + 1
+        # One transaction answers them in arrival order: the first four fit.
         assert [isinstance(r, Grant) for r in results] == [True] * 4 + [False] * 16
         granted = [h for h, r in zip(holds, results, strict=True) if isinstance(r, Grant)]
         before = store.transactions
@@ -236,6 +247,22 @@ async def test_sqlite_reservation_carries_the_queued_settlements(tmp_path: Path)
         assert await second == Grant(100, 210, 110)
         assert await settling
         assert store.transactions == before + 1
+    finally:
+        await store.close()
+
+
+async def test_sqlite_reservation_cancelled_before_its_batch_holds_nothing(
+    tmp_path: Path,
+) -> None:
+    store = SqliteStore(tmp_path / "gw.db")
+    try:
+        loop = asyncio.get_running_loop()
+        task = asyncio.create_task(store.reserve(_hold(10, 100, limit_micro=300)))
+        loop.call_soon(task.cancel)  # before the end-of-turn batch, as for settlements
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # Nothing was held: the whole budget still fits one reservation of 210.
+        assert await store.reserve(_hold(10, 100, limit_micro=300)) == Grant(100, 210, 110)
     finally:
         await store.close()
 

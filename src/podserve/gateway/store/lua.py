@@ -78,8 +78,10 @@ local function settle(res, res_id, cost, prompt, completion, upstream, status, a
   if redis.call('EXISTS', res) == 0 then return 0 end
   local f = redis.call('HMGET', res, 'scopes', 'tpm', 'amount', 'tpm_tokens', 'labels')
   local amount = tonumber(f[3])
+  -- 0 - amount, not -amount: Lua's -0 reaches Redis as "-0", which HINCRBY refuses as
+  -- not an integer, so a hold of nothing (an OIP request) could never settle.
   for _, key in ipairs(cjson.decode(f[1])) do
-    redis.call('HINCRBY', key, 'r', -amount)
+    redis.call('HINCRBY', key, 'r', 0 - amount)
     redis.call('HINCRBY', key, 'c', cost)
   end
   local unused = tonumber(f[4]) - prompt - completion

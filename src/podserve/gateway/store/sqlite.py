@@ -5,16 +5,18 @@ against another process on the same file too (the CLI's `keys` and `spend` comma
 are synchronous on the event loop: a WAL-mode local transaction takes tens of microseconds,
 less than a hop to a thread would.
 
-Settlements are group-committed: they are queued and written in the next transaction, the
-next reservation's or one at the end of this event-loop turn, whichever comes first, in
-arrival order. A commit appends every page it touched to the WAL (the scopes row, the
-reservation with its indexes, the ledger row with its key: several 4 KiB pages,
-https://www.sqlite.org/wal.html "Performance Considerations"), and py-spy put
-BEGIN/COMMIT at about a third of the gateway's CPU per request; sharing a transaction
-writes each page once. Reservations are not deferred: the caller is waiting for the
-answer, and a reservation that runs after the queued settlements sees the budget they
-released. A settlement cancelled before its batch runs writes nothing (its lease settles
-it).
+Reservations and settlements are group-committed: each is queued and written, in arrival
+order, in one transaction at the end of the event-loop turn that queued it. A commit
+appends every page it touched to the WAL (the scopes row, the reservation with its
+indexes, the ledger row with its key: several 4 KiB pages,
+https://www.sqlite.org/wal.html "Performance Considerations"), and py-spy put the store
+at about a third of the gateway's CPU per OIP request with one transaction per
+reservation (benchmarks/gateway.py --profile); sharing a transaction writes each page
+once. Arrival order keeps every decision exact: a reservation queued after a settlement
+sees the budget it released, and one queued after another sees its hold. A reservation
+waits for the end of the turn, not for a timer: the requests that arrived in the same
+turn are what share its commit. An operation cancelled before its batch runs writes
+nothing (a settlement's lease settles it; a reservation was never granted).
 
 The store is in process (`in_process`): a call cannot hang on a network, so the gateway
 puts no deadline on it (a deadline could only fire while the call waits for its loop turn,
@@ -82,6 +84,10 @@ class SqliteStore:
     in_process = True
 
     def __init__(self, path: str | Path) -> None:
+        if sqlite3.sqlite_version_info < (3, 35):  # DELETE ... RETURNING in _settle
+            raise StoreUnavailable(
+                f"sqlite store needs SQLite 3.35 or later; this Python has {sqlite3.sqlite_version}"
+            )
         try:
             self._db = sqlite3.connect(str(path), isolation_level=None, timeout=5.0)
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -93,35 +99,31 @@ class SqliteStore:
         self.transactions = 0  # begun: what group commit saves
 
     async def _queued(self, op: Callable[[sqlite3.Connection], T]) -> T:
-        """Run `op` in the next transaction: a reservation's, or the end of this turn's."""
+        """Run `op` in this event-loop turn's transaction, after those queued before it."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         if not self._batch:
-            loop.call_soon(self._now, None)
+            loop.call_soon(self._commit_batch)
         self._batch.append((op, future))
         return await future
 
-    def _now(self, op: Callable[[sqlite3.Connection], T] | None) -> T | None:
-        """One transaction: the queued operations in order, then `op` (if any)."""
+    def _commit_batch(self) -> None:
+        """One transaction: the queued operations in order; all fail if it fails."""
         batch, self._batch = self._batch, []
         live = [(queued, future) for queued, future in batch if not future.cancelled()]
-        if not live and op is None:
-            return None
+        if not live:
+            return
         try:
             with self._tx() as db:
                 results = [queued(db) for queued, _ in live]
-                result = None if op is None else op(db)
         except Exception as exc:  # all or nothing: every caller sees the failure
             for _, future in live:
                 if not future.done():
                     future.set_exception(exc)
-            if op is None:
-                return None
-            raise
+            return
         for (_, future), done in zip(live, results, strict=True):
             if not future.done():
                 future.set_result(done)
-        return result
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -172,9 +174,7 @@ class SqliteStore:
 
     # --- budgets ---------------------------------------------------------------------
     async def reserve(self, hold: Hold) -> Grant | Refusal:
-        decision = self._now(lambda db: _reserve(db, hold))
-        assert decision is not None
-        return decision
+        return await self._queued(lambda db: _reserve(db, hold))
 
     async def settle(self, settlement: Settlement) -> bool:
         return await self._queued(lambda db: _settle(db, settlement))
@@ -267,18 +267,22 @@ def _reserve(db: sqlite3.Connection, hold: Hold) -> Grant | Refusal:
     decision = grant(hold.plan, budgets, rpm, tpm)
     if isinstance(decision, Refusal):
         return decision
-    db.executemany(
-        "INSERT INTO scopes (name, reserved) VALUES (?, ?) ON CONFLICT(name) "
-        "DO UPDATE SET reserved = reserved + excluded.reserved",
-        [(name, decision.amount_micro) for name in names],
-    )
-    expires = hold.lease_until + WINDOW_S
-    db.executemany(
-        "INSERT INTO windows VALUES (?, ?, ?) ON CONFLICT(counter) "
-        "DO UPDATE SET used = used + excluded.used",
-        [(w.counter, 1, expires) for w in hold.rpm]
-        + [(w.counter, decision.tpm_tokens, expires) for w in hold.tpm],
-    )
+    # A hold of nothing (an OIP request: nothing in it is billed) changes no scope, and a
+    # key without limits has no window: each skipped statement is one less B-tree write.
+    if decision.amount_micro:
+        db.executemany(
+            "INSERT INTO scopes (name, reserved) VALUES (?, ?) ON CONFLICT(name) "
+            "DO UPDATE SET reserved = reserved + excluded.reserved",
+            [(name, decision.amount_micro) for name in names],
+        )
+    if counters:
+        expires = hold.lease_until + WINDOW_S
+        db.executemany(
+            "INSERT INTO windows VALUES (?, ?, ?) ON CONFLICT(counter) "
+            "DO UPDATE SET used = used + excluded.used",
+            [(w.counter, 1, expires) for w in hold.rpm]
+            + [(w.counter, decision.tpm_tokens, expires) for w in hold.tpm],
+        )
     labels = hold.labels
     db.execute(
         "INSERT INTO reservations VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -302,20 +306,29 @@ def _reserve(db: sqlite3.Connection, hold: Hold) -> Grant | Refusal:
 
 
 def _settle(db: sqlite3.Connection, s: Settlement) -> bool:
+    # DELETE ... RETURNING (SQLite 3.35+): the reservation is read and removed in one
+    # statement; a second settlement of the same id finds nothing and changes nothing.
     row = db.execute(
-        "SELECT scopes, amount, tpm, tpm_tokens, key_id, team, namespace, model, request_id "
-        "FROM reservations WHERE id = ?",
+        "DELETE FROM reservations WHERE id = ? RETURNING "
+        "scopes, amount, tpm, tpm_tokens, key_id, team, namespace, model, request_id",
         (s.reservation_id,),
     ).fetchone()
     if row is None:
         return False
     scopes, amount, tpm, tpm_tokens, key_id, team, namespace, model, request_id = row
     names = json.loads(scopes)
-    db.execute(
-        "UPDATE scopes SET reserved = reserved - ?, committed = committed + ? "
-        f"WHERE name IN ({_marks(names)})",
-        (amount, s.cost_micro, *names),
-    )
+    if amount:  # the reservation made these rows
+        db.execute(
+            "UPDATE scopes SET reserved = reserved - ?, committed = committed + ? "
+            f"WHERE name IN ({_marks(names)})",
+            (amount, s.cost_micro, *names),
+        )
+    elif s.cost_micro:  # held nothing, yet cost something (an estimate of 0 tokens)
+        db.executemany(
+            "INSERT INTO scopes (name, committed) VALUES (?, ?) ON CONFLICT(name) "
+            "DO UPDATE SET committed = committed + excluded.committed",
+            [(name, s.cost_micro) for name in names],
+        )
     unused = tpm_tokens - s.usage.prompt_tokens - s.usage.completion_tokens
     counters = json.loads(tpm)
     if unused > 0 and counters:
@@ -323,7 +336,6 @@ def _settle(db: sqlite3.Connection, s: Settlement) -> bool:
             f"UPDATE windows SET used = used - ? WHERE counter IN ({_marks(counters)})",
             (unused, *counters),
         )
-    db.execute("DELETE FROM reservations WHERE id = ?", (s.reservation_id,))
     db.execute(
         "INSERT INTO ledger VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
         (
