@@ -94,6 +94,34 @@ def test_budget_is_shared_and_the_ledger_lands_in_postgres(
     assert row["spend_usd"] == pytest.approx(4 * 23e-6)
 
 
+def test_oip_requests_settle_on_the_shared_store(replicas: list[GatewayProcess]) -> None:
+    """An OIP request holds nothing (nothing in it is billed); its settlement must still
+    land in the ledger. The Redis settle script once sent -0 for such a hold, which
+    HINCRBY refuses, and every OIP request went unrecorded."""
+    key, _ = make_key(replicas[0].config_path, team="oip")
+    body = {
+        "inputs": [
+            {"name": "features", "shape": [1, 4], "datatype": "FP32", "data": [5.1, 3.5, 1.4, 0.2]}
+        ]
+    }
+    for replica in replicas:
+        reply = httpx.post(
+            f"{replica.url}/v2/models/iris/infer",
+            json=body,
+            headers={"authorization": f"Bearer {key}"},
+            timeout=30,
+        )
+        assert reply.status_code == 200, reply.text
+
+    def requests() -> int:
+        done = replicas[1].cli("spend", "--by", "team", "--format", "json")
+        assert done.returncode == 0, done.stderr
+        rows = [r for r in json.loads(done.stdout) if r["team"] == "oip"]
+        return int(rows[0]["requests"]) if rows else 0
+
+    wait_until(lambda: requests() == len(replicas), timeout_s=20, what="OIP ledger rows")
+
+
 def test_store_down_fails_closed_with_503(pods: Pods, postgres_dsn: str, tmp_path: Path) -> None:
     with redis_server() as url:
         config = _shared_config(pods, url, postgres_dsn)
