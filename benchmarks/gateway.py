@@ -56,6 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 import harness
+import pinning
 
 from tests.support.postgres import postgres_server as _postgres_server
 
@@ -565,7 +566,12 @@ def profile_gateway(
     }
 
 
-def phase_overhead(work: Path, seconds: float, profile: bool = False) -> dict[str, Any]:
+def phase_overhead(
+    work: Path, seconds: float, profile: bool = False, dedicated: bool = False
+) -> dict[str, Any]:
+    """Direct vs through the gateway. `dedicated`: the pod and this load generator share
+    CPU 0 in both arms and the gateway has CPU 1 to itself, as a gateway Deployment has
+    its own CPUs on a cluster; unpinned, all three share every CPU."""
     p = pod("ov", work, f"tiny-lm={TINY}", f"iris={harness.MODELS / 'iris'}").start()
     p.wait_ready()
     gw = Gateway(
@@ -586,13 +592,17 @@ def phase_overhead(work: Path, seconds: float, profile: bool = False) -> dict[st
             {"model": "tiny-lm", "prompt": PROMPT, "max_tokens": 4, "ignore_eos": True}
         ).encode()
         result: dict[str, Any] = {}
+        layout = {os.getpid(): {0}, p.pid: {0}, gw.proc.pid: {1}} if dedicated else {}
+        if dedicated:
+            result["cpus"] = "pod + load generator: CPU 0; gateway: CPU 1"
         for name, path, body in (
             ("oip_w1", "/v2/models/iris/infer", iris),
             ("completions", "/v1/completions", completion),
         ):
             asyncio.run(closed_loop(p.url, path, body, 64, 1))  # warm both
             asyncio.run(closed_loop(gw.url, path, body, 64, 1, key))
-            direct, via = interleaved(p.url, gw.url, path, body, 64, seconds, key, pids)
+            with pinning.pinned(layout):
+                direct, via = interleaved(p.url, gw.url, path, body, 64, seconds, key, pids)
             result[name] = {
                 "direct": direct,
                 "gateway": via,
@@ -606,7 +616,8 @@ def phase_overhead(work: Path, seconds: float, profile: bool = False) -> dict[st
                 result[name]["profile"] = profile_gateway(
                     gw.proc.pid, gw.url, path, body, key, max(4.0, seconds / 2), out
                 )
-        result["stream_ttft"] = stream_ttft(p.url, gw.url, key, pids)
+        with pinning.pinned(layout):
+            result["stream_ttft"] = stream_ttft(p.url, gw.url, key, pids)
         return result
     finally:
         gw.stop()
@@ -1153,6 +1164,8 @@ def main() -> int:
             began = time.monotonic()
             if phase == "overhead":
                 report[phase] = phase_overhead(work, args.seconds, args.profile)
+            elif phase == "overhead-dedicated":
+                report[phase] = phase_overhead(work, args.seconds, dedicated=True)
             elif phase == "budget":
                 report[phase] = phase_budget(work, args.budget_usd, args.budget_attempts)
             elif phase == "limits":
