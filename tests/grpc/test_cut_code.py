@@ -8,7 +8,7 @@ import asyncio
 
 from podserve.core.errors import Draining
 from podserve.server.cut import CUT_MESSAGE
-from podserve.server.grpc.service import _code
+from podserve.server.grpc.status import request_code as _code
 
 
 def test_a_cut_counts_503_and_a_client_leaving_499() -> None:

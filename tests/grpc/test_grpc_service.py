@@ -30,7 +30,8 @@ from podserve.core.errors import (
     UnprocessableInput,
 )
 from podserve.server.grpc import start_grpc_server, stop_grpc_server
-from podserve.server.grpc.service import INFER_ENDPOINT, STREAM_INFER_ENDPOINT
+from podserve.server.grpc.service import INFER_ENDPOINT
+from podserve.server.grpc.stream import STREAM_INFER_ENDPOINT
 from tests.grpc.fake_dataplane import FakeDataPlane
 
 Client: TypeAlias = triton_aio.InferenceServerClient
@@ -256,7 +257,7 @@ async def test_unexpected_errors_are_internal_and_logged_not_leaked(
 ) -> None:
     fake.fail_with = RuntimeError("secret path /etc/x")
     x = infer_input("x", np.zeros(1, np.float32), "FP32")
-    with caplog.at_level(logging.ERROR, logger="podserve.server.grpc.service"):
+    with caplog.at_level(logging.ERROR, logger="podserve.server.grpc.status"):
         raised = await raises_status(client.infer("echo", [x], request_id="r9"))
     assert raised.status() == "StatusCode.INTERNAL"
     assert raised.message() == "internal server error"

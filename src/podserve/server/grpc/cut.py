@@ -33,8 +33,10 @@ from podserve.core.errors import Draining
 from podserve.dataplane import DataPlaneAPI
 from podserve.server.cut import CUT_MESSAGE, InflightRequests, log_cut
 from podserve.server.grpc._generated import inference_pb2 as pb
+from podserve.server.grpc.context import Context
 from podserve.server.grpc.decoupled import FINAL
-from podserve.server.grpc.service import Context, InferenceServicer, status_for
+from podserve.server.grpc.service import InferenceServicer
+from podserve.server.grpc.status import status_for
 
 _SERVICE = "/inference.GRPCInferenceService/"
 
@@ -162,7 +164,7 @@ class _Call:
 
     def _cancel(self) -> None:
         self.cancelled_here = True
-        # The message marks a cut for the request metrics (service.py `_code`: 503).
+        # The message marks a cut for the request metrics (status.py `request_code`: 503).
         self.task.cancel(CUT_MESSAGE if self.cut_asked else None)
 
     async def end(self, context: Context, models: str) -> NoReturn:
