@@ -1,13 +1,10 @@
-"""A real redis-server on 127.0.0.1 (a free port, no persistence) for the consume tests,
-and an in-process consumer over a real data plane."""
+"""A real redis-server on 127.0.0.1 (tests/support/redis.py: a free port, no persistence)
+for the consume tests, and an in-process consumer over a real data plane."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
-import socket
-import subprocess
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,39 +20,13 @@ from podserve.consume.streams import RedisStreams, StreamNames
 from podserve.dataplane import DataPlane
 from podserve.dataplane.build import build_dataplane
 from tests.consume.replies import streams
-from tests.support.server import wait_until
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from tests.support.redis import redis_server
 
 
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server is not installed (Debian package redis-server)")
-    port = free_port()
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-    def up() -> bool:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-            return True
-        return False
-
-    try:
-        wait_until(up, timeout_s=20, what="redis-server")
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with redis_server() as server:
+        yield server.url
 
 
 _counter = iter(range(1_000_000))

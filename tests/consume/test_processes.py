@@ -17,6 +17,7 @@ import redis
 
 from tests.consume.conftest import fresh_names
 from tests.consume.replies import entries
+from tests.support.redis import redis_server
 from tests.support.server import wait_until, write_model
 
 pytestmark = pytest.mark.slow
@@ -183,44 +184,23 @@ def test_the_password_is_read_from_a_mounted_secret_file(repository: Path, tmp_p
     """What the rendered Deployment does: the Secret's key mounted as a file (ending in a
     newline, as `kubectl create secret --from-file` often leaves it), given with
     --redis-password-file, against a redis-server that requires it."""
-    import shutil
-
-    from tests.consume.conftest import free_port
-
-    binary = shutil.which("redis-server")
-    assert binary is not None
-    port = free_port()
-    server = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
-         "no", "--requirepass", "s3cret pass"],
-        stdout=subprocess.DEVNULL,
-    )  # fmt: skip
     secret = tmp_path / "secret" / "password"
     secret.parent.mkdir()
     secret.write_text("s3cret pass\n")
-    url = f"redis://127.0.0.1:{port}/0"
-    client = redis.Redis.from_url(url, password="s3cret pass")
     names = fresh_names()
-    proc = ConsumerProcess(url, names, repository, "--redis-password-file", str(secret))
-    try:
-        wait_until(lambda: _pings(client), timeout_s=20, what="redis-server")
-        proc.wait_consuming()
-        client.xadd(names.requests, {"id": "p1", "model": "slow", "body": _body(1)})
-        wait_until(lambda: client.xlen(names.results) == 1, timeout_s=30, what="the result")
-        ((_id, fields),) = entries(client.xrange(names.results))
-        assert (fields[b"id"], fields[b"status"]) == (b"p1", b"200")
-    finally:
-        proc.stop()
-        client.close()
-        server.terminate()
-        server.wait(timeout=10)
-
-
-def _pings(client: redis.Redis) -> bool:
-    try:
-        return bool(client.ping())
-    except redis.ConnectionError:
-        return False
+    with (
+        redis_server(password="s3cret pass") as server,
+        redis.Redis.from_url(server.url, password="s3cret pass") as client,
+    ):
+        proc = ConsumerProcess(server.url, names, repository, "--redis-password-file", str(secret))
+        try:
+            proc.wait_consuming()
+            client.xadd(names.requests, {"id": "p1", "model": "slow", "body": _body(1)})
+            wait_until(lambda: client.xlen(names.results) == 1, timeout_s=30, what="the result")
+            ((_id, fields),) = entries(client.xrange(names.results))
+            assert (fields[b"id"], fields[b"status"]) == (b"p1", b"200")
+        finally:
+            proc.stop()
 
 
 def test_an_unreadable_password_file_is_refused(tmp_path: Path) -> None:
