@@ -412,8 +412,11 @@ async def _ttft_raw(
     not httpx, for the same reason as `_closed_loop_raw`."""
     import aiohttp
 
+    # Greedy: both arms generate the same tokens. Sampled, the first token differed per
+    # request, and a token the pod's detokenizer holds back until the next one moved
+    # TTFT by a whole decode step either way.
     body = json.dumps(
-        {"model": "tiny-lm", "prompt": PROMPT, "max_tokens": 8, "stream": True}
+        {"model": "tiny-lm", "prompt": PROMPT, "max_tokens": 8, "stream": True, "temperature": 0}
     ).encode()
     send_headers = {"content-type": "application/json", **(headers or {})}
     out: list[float] = []
