@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,16 +15,11 @@ import yaml
 
 from tests.support.postgres import PG_BIN, postgres_installed
 from tests.support.postgres import postgres_server as _postgres_server
+from tests.support.redis import redis_server as _redis_server
 from tests.support.server import ServerProcess, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_LM = ROOT / "examples" / "models" / "tiny-lm"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class GatewayProcess(ServerProcess):
@@ -116,30 +109,10 @@ def wait_ready(pod: ServerProcess) -> None:
 
 @contextlib.contextmanager
 def redis_server(port: int | None = None) -> Iterator[str]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        import pytest
-
-        pytest.skip("redis-server is not installed (Debian package redis-server)")
-    port = port or free_port()
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-
-    def up() -> bool:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-            return True
-        return False
-
-    try:
-        wait_until(up, timeout_s=20, what="redis")
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    """The URL of a real redis-server (tests/support/redis.py); `port`: start one again where
+    a stopped one was. Tests that need its process ask Redis (INFO server's process_id)."""
+    with _redis_server(port) as server:
+        yield server.url
 
 
 @contextlib.contextmanager

@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from tests.gateway.conftest import Pods, base_config
-from tests.gateway.support import GatewayProcess, free_port, make_key, spend_by
+from tests.gateway.support import GatewayProcess, make_key, spend_by
+from tests.support.ports import free_port
 from tests.support.server import wait_until
 
 BODY = {"model": "tiny-lm", "prompt": "The function returns", "max_tokens": 2}
