@@ -5,12 +5,13 @@ with typed requests (`core.tensors.InferRequest`, `dataplane.types.GenerateReque
 and a `CallContext`, and get typed results or a `core.errors` exception. Everything that
 must behave the same on every edge happens here, once:
 
-- drain: refuse new work after SIGTERM (counted as `rejected{reason="draining"}`), count
-  what is in flight so the drain can wait for it;
+- drain: refuse new work after SIGTERM (counted as `rejected{reason="draining"}`,
+  `dataplane/gate.py`), count what is in flight so the drain can wait for it;
 - deadlines (`dataplane/deadlines.py`): request parameter, header, transport deadline,
   model and server defaults;
-- admission: the worker's own (queue bound, rows, declared inputs) for tensors, and
-  `EngineClient.admit` for generation, both before any byte of a response;
+- admission: early refusals before a body is decoded (`dataplane/gate.py`), the
+  worker's own (queue bound, rows, declared inputs) for tensors, and
+  `EngineClient.admit` for generation, all before any byte of a response;
 - cancellation: task cancellation (see `CallContext`);
 - accounting: rejections by reason, request totals and durations by final status,
   payload logging;
@@ -30,21 +31,16 @@ import logging
 from dataclasses import dataclass
 
 import podserve
-from podserve.admission import QueueReservations, Reservation
-from podserve.admission.draining import DrainingRetryHint
+from podserve.admission import Reservation
 from podserve.config.settings import ServerSettings
 from podserve.core.clock import Clock
-from podserve.core.errors import (
-    DeadlineExceeded,
-    Draining,
-    InvalidInput,
-    Unavailable,
-)
+from podserve.core.errors import DeadlineExceeded, Draining, InvalidInput, Unavailable
 from podserve.core.health import HealthReport
 from podserve.core.tensors import InferRequest, InferResponse
 from podserve.core.triton import ModelConfigView, ModelStatistics
 from podserve.dataplane import triton
 from podserve.dataplane.deadlines import deadline_s
+from podserve.dataplane.gate import AdmissionGate
 from podserve.dataplane.model_control import ModelControl
 from podserve.dataplane.prompts import Tokenizing, check_prompt_size
 from podserve.dataplane.rows import check_rows
@@ -57,7 +53,6 @@ from podserve.dataplane.types import (
     RepositoryEntry,
     ServerMetadata,
 )
-from podserve.engine import Worker
 from podserve.generation.registry import is_generative
 from podserve.lifecycle import Lifecycle
 from podserve.obs.collector import (
@@ -113,10 +108,15 @@ class DataPlane:
         self._metrics = metrics
         self._clock = clock
         self._payloads = payloads
-        self._draining_hint = DrainingRetryHint(clock)
-        self._reservations = QueueReservations()
         self._tokenizing = Tokenizing()
         self._model_control = ModelControl(settings.model_control_mode, settings.admin_token)
+        self._gate = AdmissionGate(
+            repository=repository,
+            lifecycle=lifecycle,
+            metrics=metrics,
+            clock=clock,
+            model_control=self._model_control,
+        )
         self.edge = EdgeLimits(
             max_body_bytes=settings.max_body_bytes,
             access_log_sample_rate=settings.access_log_sample_rate,
@@ -175,7 +175,7 @@ class DataPlane:
         """Run one tensor request. Raises only `core.errors` exceptions (and
         CancelledError when the caller cancels)."""
         model = request.model_name
-        self._refuse_if_draining(model)
+        self._gate.refuse_if_draining(model)
         entry = self._repository.entry(model, request.model_version)
         check_rows(request)
         deadline = deadline_s(
@@ -192,19 +192,19 @@ class DataPlane:
             request = _with_deadline(request, deadline)
         self._lifecycle.request_started()
         try:
-            worker = await self._acquire(model, request.model_version)
+            worker = await self._gate.acquire(model, request.model_version)
             try:
                 if call.reservation is not None:
                     # Give the promised slot back and take the queue's in the same step:
                     # worker.infer admits synchronously, before its first await.
                     call.reservation.release()
                 response = await worker.infer(request)
-                self._draining_hint.completed(model)
+                self._gate.completed(model)
             except Unavailable as exc:
-                self._reject(model, exc.reason)
+                self._gate.reject(model, exc.reason)
                 raise
             except DeadlineExceeded:
-                self._reject(model, "deadline")
+                self._gate.reject(model, "deadline")
                 raise
             response = write_outputs(self.shared_memory, request, response)
             if self._payloads is not None:
@@ -222,8 +222,8 @@ class DataPlane:
         streams. Every refusal (draining, unknown model, not generative, a prompt that
         can never fit, a full queue) raises here, before the caller sends anything."""
         model = request.model
-        self._refuse_if_draining(model)
-        worker = await self._acquire(model, request.version)
+        self._gate.refuse_if_draining(model)
+        worker = await self._gate.acquire(model, request.version)
         client = worker.generator
         if client is None:
             raise InvalidInput(
@@ -235,11 +235,11 @@ class DataPlane:
             prompt_ids = await self._tokenizing.run(client.encode_chat, request.messages)
         else:
             prompt_ids = await self._tokenizing.run(client.encode_prompt, request.prompt or "")
-        self._refuse_if_draining(model)  # the model may have loaded while the drain began
+        self._gate.refuse_if_draining(model)  # the model may have loaded while the drain began
         try:
             sequences = client.admit(prompt_ids, request.sequences)
         except Unavailable as exc:
-            self._reject(model, exc.reason)
+            self._gate.reject(model, exc.reason)
             raise
         streams = []
         for sequence in sequences:
@@ -249,72 +249,15 @@ class DataPlane:
 
     def _sequence_finished(self, model: str) -> None:
         self._lifecycle.request_finished()
-        self._draining_hint.completed(model)
+        self._gate.completed(model)
 
     def refuse_early(self, model: str, version: str | None = None) -> None:
-        """Refuse now, before an edge reads or decodes the body, a tensor request that
-        would be refused anyway: the server is draining, the model is unknown, or its
-        queue is full (issue 15 item 9: under 10x overload, reading and decoding the
-        bodies of requests only to reject them took CPU the model needed). The check
-        is a few attribute reads; `infer` still decides for the requests it lets by.
-        Slots promised by `admit_early` count as taken."""
-        self._refuse_if_draining(model)
-        worker = self._tensor_worker(model, version)
-        if worker is not None and self._reservations.full(
-            _queue_key(worker), worker.queue_depth, worker.limits.max_queue
-        ):
-            raise self._queue_full(model, worker)
+        """Refuse before an edge decodes the body (`AdmissionGate.refuse_early`)."""
+        self._gate.refuse_early(model, version)
 
     def admit_early(self, model: str, version: str | None = None) -> Reservation | None:
-        """`refuse_early`, and for a request it lets by, a promised queue slot: pass it
-        as `CallContext.reservation` to `infer` (which releases it as the request
-        enters the queue) and release it on every other path (releasing twice is a
-        no-op). While bodies are read and decoded, later requests then see the slots
-        as taken and are refused unread, instead of after their decode (measured:
-        admission/reservations.py). None when there is no bounded tensor queue to
-        promise a slot of (a generative model, a model not loaded yet)."""
-        self._refuse_if_draining(model)
-        worker = self._tensor_worker(model, version)
-        if worker is None:
-            return None
-        reservation = self._reservations.reserve(
-            _queue_key(worker), worker.queue_depth, worker.limits.max_queue
-        )
-        if reservation is None:
-            raise self._queue_full(model, worker)
-        return reservation
-
-    def _tensor_worker(self, model: str, version: str | None) -> Worker | None:
-        """The loaded tensor worker of `model` (ModelNotFound for an unknown one); None
-        while it is not loaded, or for a generative model (its engine admits)."""
-        worker = self._repository.entry(model, version).worker
-        if worker is None or worker.generator is not None:
-            return None
-        return worker
-
-    def _queue_full(self, model: str, worker: Worker) -> Unavailable:
-        self._reject(model, "queue_full")
-        return Unavailable(
-            f"model {model!r} queue is full ({worker.limits.max_queue} waiting); "
-            "retry later or on another replica",
-            reason="queue_full",
-        )
-
-    def _refuse_if_draining(self, model: str) -> None:
-        if self._lifecycle.draining:
-            self._reject(model, "draining")
-            raise Draining(retry_after_s=self._draining_hint.retry_after_s(model))
-
-    async def _acquire(self, model: str, version: str | None) -> Worker:
-        self._model_control.check_served(model)
-        try:
-            return await self._repository.acquire_worker(model, version)
-        except Unavailable as exc:
-            self._reject(model, exc.reason)
-            raise
-
-    def _reject(self, model: str, reason: str) -> None:
-        self._metrics.rejected.labels(model, reason).inc()
+        """`refuse_early` and a promised queue slot (`AdmissionGate.admit_early`)."""
+        return self._gate.admit_early(model, version)
 
     # --- accounting --------------------------------------------------------------------
     def record_request(self, model: str, endpoint: str, code: str, duration_s: float) -> None:
@@ -438,10 +381,6 @@ class DataPlane:
         self._tokenizing.close()
         if self._payloads is not None:
             await asyncio.to_thread(self._payloads.close)
-
-
-def _queue_key(worker: Worker) -> str:
-    return f"{worker.name}/{worker.version}"
 
 
 def _with_deadline(request: InferRequest, deadline: float | None) -> InferRequest:
