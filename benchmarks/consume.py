@@ -39,7 +39,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -55,6 +54,13 @@ import httpx
 import orjson
 import redis
 import redis.asyncio as aioredis
+
+# The repository root, for tests.support: the tests' Redis starter, so both run the same
+# server (a free loopback port, no persistence).
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
+
+from tests.support.ports import free_port
+from tests.support.redis import NOT_INSTALLED, redis_installed, redis_server
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "examples" / "models"
@@ -90,13 +96,6 @@ def _pin(cpus: set[int] | None) -> None:
         os.sched_setaffinity(0, cpus)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def wait_for(condition: Any, what: str, timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -109,34 +108,6 @@ def cpu_s(pid: int) -> float:
     """CPU seconds (user + system, all threads) a process has used so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-@contextlib.contextmanager
-def redis_server() -> Iterator[tuple[str, int]]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("redis-server is not installed (apt-get install redis-server)")
-    port = free_port()
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-        preexec_fn=lambda: _pin(REDIS_CPUS),
-    )
-    try:
-        client = redis.Redis(port=port)
-        wait_for(lambda: _pings(client), "redis")
-        client.close()
-        yield f"redis://127.0.0.1:{port}/0", proc.pid
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
-def _pings(client: redis.Redis) -> bool:
-    try:
-        return bool(client.ping())
-    except redis.ConnectionError:
-        return False
 
 
 def repository(root: Path, model: str) -> Path:
@@ -644,6 +615,8 @@ def main() -> int:
         help="redis-server on CPU 1, everything else on CPU 0 (Redis on a core of its own)",
     )
     args = parser.parse_args()
+    if not redis_installed():
+        raise SystemExit(f"{NOT_INSTALLED}: apt-get install redis-server")
     global REDIS_CPUS, OTHER_CPUS
     if args.pin:
         REDIS_CPUS, OTHER_CPUS = {1}, {0}
@@ -659,8 +632,9 @@ def main() -> int:
     }
     with (
         tempfile.TemporaryDirectory(prefix="bench-consume-") as tmp,
-        redis_server() as (url, redis_pid),
+        redis_server(cpus=REDIS_CPUS) as redis_process,
     ):
+        url, redis_pid = redis_process.url, redis_process.pid
         root = Path(tmp)
         for model in args.models:
             report["models"][model] = compare(args, root, url, redis_pid, model)

@@ -17,14 +17,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
+from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
-from consume import redis_server  # benchmarks/consume.py (this folder is on sys.path)
+
+# The repository root, for tests.support: the Redis starter the tests and
+# benchmarks/consume.py use.
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 from podserve.consume.contract import Result
 from podserve.consume.retention import Retention
 from podserve.consume.streams import RedisStreams, StreamNames, Write
+from tests.support.redis import NOT_INSTALLED, redis_installed, redis_server
 
 
 async def _script_usec(client: aioredis.Redis) -> tuple[float, int]:
@@ -94,9 +100,12 @@ def main() -> None:
     parser.add_argument("--entries", type=int, default=20_000)
     parser.add_argument("--flush", type=int, default=10, help="results per script call")
     args = parser.parse_args()
-    # the same redis-server the consume benchmark starts (free port, no persistence)
-    with redis_server() as (url, _pid):
-        print(json.dumps(asyncio.run(_main(args.entries, args.flush, url)), indent=2))
+    if not redis_installed():
+        raise SystemExit(f"{NOT_INSTALLED}: apt-get install redis-server")
+    # the same redis-server the consume benchmark and the tests start (free port, no
+    # persistence)
+    with redis_server() as server:
+        print(json.dumps(asyncio.run(_main(args.entries, args.flush, server.url)), indent=2))
 
 
 if __name__ == "__main__":
