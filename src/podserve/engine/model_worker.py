@@ -1,10 +1,11 @@
 """One loaded model version: its bounded queue, its batch policy, its worker threads.
 
-Everything here runs on the event loop except `_execute`, which runs on a worker thread.
-The flow of a request:
+Everything here runs on the event loop; what runs on a worker thread is
+`engine/batch_run.py`. The flow of a request:
 
     infer() ── admission (queue bound, rows, deadline) ──▶ policy queue
     _pump()  ── policy.next_batch() ──▶ worker thread: preprocess → predict → postprocess
+                                         (BatchRunner.run)
     _complete() ── per-request futures ──▶ infer() returns or raises
 
 While every instance is busy, `_pump` also stages one batch per instance that can no
@@ -21,7 +22,6 @@ staged is failed and never computed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 from dataclasses import dataclass
@@ -41,12 +41,13 @@ from podserve.core.errors import (
 )
 from podserve.core.tensors import InferRequest, InferResponse, TensorSpec
 from podserve.core.triton import ModelStatistics
+from podserve.engine.batch_run import Batch, BatchRun, BatchRunner, Pending
 from podserve.engine.request_state import RequestState, RequestTrack
 from podserve.engine.stats import StatsRecorder
 from podserve.engine.threads import WorkerThreads
 from podserve.obs.metrics import ModelMetrics
 from podserve.runtimes.base import ModelAPI
-from podserve.runtimes.batch_call import Outcome, PhaseTimes, run_batch
+from podserve.runtimes.batch_call import Outcome
 
 log = logging.getLogger("podserve.engine")
 
@@ -57,39 +58,6 @@ class WorkerLimits:
     max_batch_time_s: float
     ready_high_watermark: float = 0.9
     ready_low_watermark: float = 0.5
-
-
-@dataclass(slots=True, eq=False)
-class _Pending:
-    key: int
-    request: InferRequest
-    future: asyncio.Future[InferResponse]
-    rows: int
-    track: RequestTrack  # QUEUED → STAGED → RUNNING → DONE | EXPIRED | ABANDONED
-    expiry: asyncio.TimerHandle | None = None
-
-
-@dataclass(slots=True, eq=False)
-class _Batch:
-    items: list[_Pending]
-    # Staged behind a busy instance (not handed to an idle one). Until the worker thread
-    # starts it, its requests still wait: they count in the queue depth and against the
-    # queue bound, and their deadlines still apply.
-    staged: bool
-    started: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class _BatchRun:
-    """What a worker thread reports for one batch."""
-
-    started_s: float
-    finished_s: float
-    outcomes: list[Outcome | None]  # None: abandoned before the batch started
-    rows: int  # rows actually computed
-    requests: int  # requests actually computed
-    queue_s: float  # their waits before the batch started, summed
-    phases: PhaseTimes  # preprocess, predict, postprocess
 
 
 class ModelWorker:
@@ -122,9 +90,9 @@ class ModelWorker:
             )
         )
         self._threads = WorkerThreads(config.name, config.instance_count, clock, loop)
-        self._pending: dict[int, _Pending] = {}  # queued in the policy
-        self._dispatched: dict[int, tuple[_Pending, _Batch]] = {}  # handed to a thread
-        self._batches: list[_Batch] = []  # handed to a thread, not completed: running + staged
+        self._pending: dict[int, Pending] = {}  # queued in the policy
+        self._dispatched: dict[int, tuple[Pending, Batch]] = {}  # handed to a thread
+        self._batches: list[Batch] = []  # handed to a thread, not completed: running + staged
         self._next_key = 0
         self._wake: asyncio.TimerHandle | None = None
         self._inflight = 0
@@ -137,6 +105,15 @@ class ModelWorker:
         # Serialises the moves of staged requests between the loop (abandon, expire) and
         # the worker thread (start); uncontended except at a batch's start.
         self._moves = threading.Lock()
+        self._runner = BatchRunner(
+            name=config.name,
+            model=model,
+            metrics=metrics,
+            clock=clock,
+            loop=loop,
+            moves=self._moves,
+            queue_changed=self._queue_changed,
+        )
 
     # --- state the lifecycle and metrics read ----------------------------------------
     @property
@@ -200,7 +177,7 @@ class ModelWorker:
         self._next_key += 1
         now = self._clock.now_s()
         track = RequestTrack(enqueued_s=now, deadline_s=request.deadline_s)
-        pending = _Pending(key, request, self._loop.create_future(), rows, track)
+        pending = Pending(key, request, self._loop.create_future(), rows, track)
         self._arm_expiry(pending, now)
         self._pending[key] = pending
         self._policy.add(key, rows, now)
@@ -247,7 +224,7 @@ class ModelWorker:
             raise DeadlineExceeded("request deadline passed before it was queued; not computed")
         return max(rows, 1)
 
-    def _arm_expiry(self, pending: _Pending, now: float) -> None:
+    def _arm_expiry(self, pending: Pending, now: float) -> None:
         if pending.track.deadline_s is not None:
             delay_s = max(pending.track.deadline_s - now, 0.001)
             pending.expiry = self._loop.call_later(delay_s, self._expire, pending.key)
@@ -334,11 +311,11 @@ class ModelWorker:
                 batch.append(pending)
         if not batch:
             return
-        job = _Batch(batch, staged)
+        job = Batch(batch, staged)
         for pending in batch:
             self._dispatched[pending.key] = (pending, job)
         self._batches.append(job)
-        self._threads.submit(partial(self._execute, job), partial(self._complete, job))
+        self._threads.submit(partial(self._runner.run, job), partial(self._complete, job))
 
     def _arm_wake(self) -> None:
         """Wake up when the oldest request's delay expires. Only with an idle worker:
@@ -351,7 +328,7 @@ class ModelWorker:
             delay = max(0.0, wake_at - self._clock.now_s())
             self._wake = self._loop.call_later(delay, self._pump)
 
-    def _complete(self, job: _Batch, run: _BatchRun | None, error: BaseException | None) -> None:
+    def _complete(self, job: Batch, run: BatchRun | None, error: BaseException | None) -> None:
         self._batches.remove(job)
         batch = job.items
         for pending in batch:
@@ -405,50 +382,6 @@ class ModelWorker:
         if not device_failed:
             self.last_device_error = None
         self._pump()
-
-    # --- the worker thread -----------------------------------------------------------
-    def _execute(self, job: _Batch) -> _BatchRun:
-        batch = job.items
-        started = self._clock.now_s()
-        outcomes: list[Outcome | None] = [None] * len(batch)
-        run: list[int] = []
-        queue_s = 0.0
-        with self._moves:  # against the loop abandoning or expiring a staged request
-            job.started = True
-            starts = [pending.track.start(started) for pending in batch]
-        if job.staged:  # its requests stop waiting: let the readiness pressure know now
-            with contextlib.suppress(RuntimeError):  # the loop closed: the process exits
-                self._loop.call_soon_threadsafe(self._queue_changed)
-        for i, (pending, starting) in enumerate(zip(batch, starts, strict=True)):
-            waited_s = pending.track.waited_s(started)
-            if not starting:
-                if pending.track.state is RequestState.EXPIRED:
-                    outcomes[i] = DeadlineExceeded(
-                        f"request deadline passed after {waited_s * 1000:.0f} ms waiting for "
-                        "the model; not computed"
-                    )
-                continue  # abandoned: nobody waits for it
-            run.append(i)
-            self._metrics.queue_wait.observe(waited_s)
-            queue_s += waited_s
-        phases = PhaseTimes()
-        if run:
-            results = run_batch(
-                self.model,
-                [batch[i].request for i in run],
-                name=self.name,
-                on_error=self._count_error,
-                times=phases,
-            )
-            for i, outcome in zip(run, results, strict=True):
-                outcomes[i] = outcome
-        rows = sum(batch[i].rows for i in run)
-        finished = self._clock.now_s()
-        return _BatchRun(started, finished, outcomes, rows, len(run), queue_s, phases)
-
-    def _count_error(self, error: PodserveError) -> None:
-        if isinstance(error, DeviceError):
-            self._metrics.device_errors.inc()
 
 
 def _rows_of(request: InferRequest) -> int:
