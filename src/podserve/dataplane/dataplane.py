@@ -44,6 +44,7 @@ from podserve.dataplane.gate import AdmissionGate
 from podserve.dataplane.model_control import ModelControl
 from podserve.dataplane.prompts import Tokenizing, check_prompt_size
 from podserve.dataplane.rows import check_rows
+from podserve.dataplane.serving_state import serving_state
 from podserve.dataplane.streams import GenerationStream
 from podserve.dataplane.types import (
     CallContext,
@@ -55,11 +56,7 @@ from podserve.dataplane.types import (
 )
 from podserve.generation.registry import is_generative
 from podserve.lifecycle import Lifecycle
-from podserve.obs.collector import (
-    GenerationState,
-    ModelServingState,
-    ServingState,
-)
+from podserve.obs.collector import ServingState
 from podserve.obs.metrics import EXPOSITION_CONTENT_TYPE, Metrics
 from podserve.obs.payloads import PayloadLogger
 from podserve.protocol.v2.shared_memory import owned, write_outputs
@@ -274,37 +271,7 @@ class DataPlane:
 
     def serving_state(self) -> ServingState:
         """What the state gauges report, read at scrape time (`obs/collector.py`)."""
-        models = []
-        for entry in self._repository.entries():
-            worker = entry.worker
-            if worker is None:
-                models.append(ModelServingState(entry.name, entry.version, loaded=False))
-                continue
-            generation = None
-            if worker.generator is not None:
-                stats = worker.generator.stats()
-                generation = GenerationState(
-                    running=stats.num_running,
-                    waiting=stats.num_waiting,
-                    kv_usage_ratio=stats.kv_usage_ratio,
-                    preemptions_total=stats.num_preemptions,
-                )
-            models.append(
-                ModelServingState(
-                    entry.name,
-                    entry.version,
-                    loaded=entry.state is ModelState.READY,
-                    queue_depth=worker.queue_depth,
-                    inflight=worker.inflight,
-                    generation=generation,
-                )
-            )
-        return ServingState(
-            ready=self._lifecycle.ready().ok,
-            draining=self._lifecycle.draining,
-            memory_bytes=self._repository.used_bytes(),
-            models=tuple(models),
-        )
+        return serving_state(self._repository, self._lifecycle)
 
     # --- repository extension --------------------------------------------------------
     def repository_index(self, ready_only: bool = False) -> list[RepositoryEntry]:
