@@ -37,7 +37,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -59,6 +58,7 @@ import harness
 import pinning
 
 from tests.support.postgres import postgres_server as _postgres_server
+from tests.support.redis import redis_server as _redis_server
 
 ROOT = harness.REPO_ROOT
 TINY = ROOT / "examples" / "models" / "tiny-lm"
@@ -163,31 +163,10 @@ def pod(name: str, log_dir: Path, *models: str) -> harness.Replica:
 
 @contextlib.contextmanager
 def redis_server() -> Any:
-    port = harness.free_port()
-    proc = subprocess.Popen(
-        [
-            "redis-server",
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    for _ in range(100):
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-            break
-        time.sleep(0.05)  # waiting for a child process to listen
-    try:
-        yield f"redis://127.0.0.1:{port}/0", proc
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    # The tests' starter (tests/support/redis.py): ready on a real PING, stopped even
+    # when a phase left it SIGSTOPped.
+    with _redis_server() as server:
+        yield server.url, server.proc
 
 
 def postgres_server() -> contextlib.AbstractContextManager[str]:

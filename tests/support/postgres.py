@@ -7,12 +7,12 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.support.ports import free_port
 from tests.support.server import wait_until
 
 # Debian's postgresql package; .ci/run installs it.
@@ -23,13 +23,6 @@ def postgres_installed() -> bool:
     return (PG_BIN / "postgres").exists()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @contextlib.contextmanager
 def postgres_server(prefix: str = "pg-") -> Iterator[str]:
     """Yield the DSN of a running server; stop it and remove its files on exit."""
@@ -38,7 +31,7 @@ def postgres_server(prefix: str = "pg-") -> Iterator[str]:
             f"PostgreSQL 15 is not installed ({PG_BIN}; Debian package postgresql)"
         )
     data = Path(tempfile.mkdtemp(prefix=prefix))
-    port = _free_port()
+    port = free_port()
     as_user: list[str] = []
     if os.geteuid() == 0:  # postgres refuses to run as root
         shutil.chown(data, "postgres", "postgres")
