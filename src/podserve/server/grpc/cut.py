@@ -33,7 +33,7 @@ from podserve.core.errors import Draining
 from podserve.dataplane import DataPlaneAPI
 from podserve.server.cut import CUT_MESSAGE, InflightRequests, log_cut
 from podserve.server.grpc._generated import inference_pb2 as pb
-from podserve.server.grpc.context import Context
+from podserve.server.grpc.context import Context, metadata_value
 from podserve.server.grpc.decoupled import FINAL
 from podserve.server.grpc.service import InferenceServicer
 from podserve.server.grpc.status import status_for
@@ -171,7 +171,7 @@ class _Call:
         """End a stream: cut (logged) if it still owed an answer, else drained."""
         if self.cut_asked and self.outstanding > 0:
             await _end_cut(context, None, models, "ModelStreamInfer", True)
-        status = status_for(Draining(), _metadata(context, "x-request-id"))
+        status = status_for(Draining(), metadata_value(context, "x-request-id"))
         await context.abort(status.code, status.details, status.trailing_metadata)
         raise AssertionError("grpc.aio's abort raises")  # pragma: no cover
 
@@ -179,15 +179,8 @@ class _Call:
 async def _end_cut(
     context: Context, request_id: str | None, model: str, method: str, streaming: bool
 ) -> NoReturn:
-    request_id = request_id or _metadata(context, "x-request-id")
+    request_id = request_id or metadata_value(context, "x-request-id")
     log_cut(request_id or "", model, _SERVICE + method, streaming)
     status = status_for(Draining(CUT_MESSAGE), request_id)
     await context.abort(status.code, status.details, status.trailing_metadata)
     raise AssertionError("grpc.aio's abort raises")  # pragma: no cover
-
-
-def _metadata(context: Context, key: str) -> str | None:
-    for item_key, value in context.invocation_metadata() or ():
-        if item_key == key:
-            return str(value)
-    return None
