@@ -26,6 +26,12 @@ LABELS = {
 # Batching, where the peer has it: podserve's W1/W2 max_batch_size (64). The wait for
 # company is each peer's own documented setting; see the server scripts.
 MAX_BATCH_SIZE = 64
+# MLServer's adaptive batching has no default: it is off until max_batch_size > 1 and
+# max_batch_time > 0 (mlserver/batching/hooks.py load_batching), and its docs say to find
+# the values by experiment. The batcher waits up to max_batch_time for company even for
+# a lone request (mlserver/batching/adaptive.py _batch_requests), so c=1 pays it: 1 ms,
+# small beside W2's model call and as near podserve's no-wait as MLServer allows.
+MLSERVER_MAX_BATCH_TIME_S = 0.001
 
 
 def python(peer: str) -> str:
@@ -99,11 +105,6 @@ def mlserver_settings(root: Path, models: dict[str, Path], port: int) -> Path:
             model["implementation"] = "mlserver_models.EmbeddingModel"
         (directory / "model-settings.json").write_text(json.dumps(model))
     return root
-
-
-# MLServer's adaptive batcher waits up to max_batch_time for a batch to fill; see
-# mlserver_models.py for the value chosen.
-MLSERVER_MAX_BATCH_TIME_S = 0.001
 
 
 def tree_cpu_seconds(pid: int) -> float:

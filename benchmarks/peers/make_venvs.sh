@@ -26,8 +26,11 @@ MODEL_STACK=("torch==2.13.0" "scikit-learn==$SKLEARN" "joblib==$JOBLIB"
 declare -A PEER=(
     [kserve]="kserve==0.21.0"
     [litserve]="litserve==0.2.19"
-    [mlserver]="mlserver==1.7.1 mlserver-sklearn==1.7.1"
+    [mlserver]="mlserver==1.7.1 mlserver-sklearn==1.7.1 uvloop==0.21.0"
 )
+# uvloop: MLServer 1.7.1 leaves it unpinned, and 0.22+ raises from
+# asyncio.get_event_loop() where no loop runs, which MLServer's inference worker calls
+# at start (mlserver/parallel/worker.py _ignore_signals): every worker dies at once.
 
 peers=("$@")
 [ ${#peers[@]} -eq 0 ] && peers=(kserve litserve mlserver)
