@@ -4,7 +4,7 @@ in-process, plus gRPC against REST, idle CPU and SIGTERM→exit when idle.
 
     python benchmarks/table.py [--duration 4] [--rounds 2] [--out benchmarks/results]
         [--only raw on off fastapi grpc] [--workloads w1 w2] [--concurrency 1 64]
-        [--variant LABEL:NAME=VALUE,...] [--skip-idle]
+        [--variant LABEL:NAME=VALUE,...] [--skip-idle] [--peers kserve,litserve,mlserver]
 
 W1: scikit-learn MLPClassifier 32→256→256→10 over OIP v2 JSON (built here at run time,
     2,000 random rows, a few epochs: its speed does not depend on its accuracy).
@@ -21,6 +21,10 @@ apart from the client's, and podserve's mean rows per model call (from its
 tritonclient.grpc builds them (raw_input_contents), serialized once, closed loop, the same
 concurrency. `--only` runs a subset; `--variant` adds a podserve (batching on) with other
 environment variables, e.g. `before:PYTHONPATH=/path/to/other/src`, on the selected edges.
+
+`--peers` (opt-in) adds peer servers (KServe, LitServe, MLServer; benchmarks/peers/, each
+in its own venv from benchmarks/peers/make_venvs.sh) as contenders in the same rounds,
+sent the same bodies, whatever `--only` says; their CPU is summed over their process tree.
 
 The parts: table_workloads.py (W1, W2, repositories, bodies), table_measure.py (one
 step, the rounds), table_raw.py (the raw contender), table_report.py (table, ratios, plot).
@@ -46,8 +50,10 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import servers
+from peers import contenders as peer_servers
 from table_measure import (
     Step,
+    cpu_seconds,
     idle_cpu,
     interleaved,
     load_average,
@@ -119,6 +125,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
             w: stack.enter_context(servers.baseline(f"fastapi-{w}", models[w], logs))
             for w in (args.workloads if "fastapi" in only else ())
         }
+        peers = _start_peers(stack, args.peers, models, scratch, logs)
         for workload in args.workloads:
             raw = None
             if "raw" in only:
@@ -134,6 +141,14 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
                     )
                 if workload in bases:
                     contenders["fastapi"] = _rest(bases[workload], workload, concurrency, budget)
+                for peer, by_workload in peers.items():
+                    contenders[peer] = _rest(
+                        by_workload[workload],
+                        workload,
+                        concurrency,
+                        budget,
+                        peer_servers.tree_cpu_seconds,
+                    )
                 for name, proc in grpc_procs.items():
                     contenders[name] = _batches(
                         proc, workload, _grpc(proc, workload, concurrency, budget)
@@ -180,9 +195,40 @@ def _raw(worker: RawWorker, concurrency: int, budget: Budget) -> Callable[[], St
 
 
 def _rest(
-    proc: servers.ServerProcess, workload: str, concurrency: int, budget: Budget
+    proc: servers.ServerProcess,
+    workload: str,
+    concurrency: int,
+    budget: Budget,
+    cpu: Callable[[int], float] = cpu_seconds,
 ) -> Callable[[], Step]:
-    return lambda: measure_rest(proc.port, proc.pid, workload, concurrency, budget, workload)
+    return lambda: measure_rest(proc.port, proc.pid, workload, concurrency, budget, workload, cpu)
+
+
+def _start_peers(
+    stack: contextlib.ExitStack,
+    names: list[str],
+    models: dict[str, Path],
+    scratch: Path,
+    logs: Path,
+) -> dict[str, dict[str, servers.ServerProcess]]:
+    """Each peer's servers by workload, started (a server that serves both, once)."""
+    started: dict[str, dict[str, servers.ServerProcess]] = {}
+    for peer in names:
+        by_workload = peer_servers.start(peer, models, scratch, logs)
+        entered: dict[int, servers.ServerProcess] = {}
+        for server in by_workload.values():
+            if id(server) not in entered:
+                entered[id(server)] = stack.enter_context(server)
+        started[peer] = by_workload
+    return started
+
+
+def _peers(text: str) -> list[str]:
+    names = [name for name in text.split(",") if name]
+    unknown = sorted(set(names) - set(peer_servers.PEERS))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown peers {unknown}; known: {peer_servers.PEERS}")
+    return names
 
 
 def _grpc(
@@ -225,6 +271,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--skip-idle", action="store_true", help="skip idle CPU and SIGTERM→exit at the end"
+    )
+    parser.add_argument(
+        "--peers",
+        type=_peers,
+        default=[],
+        metavar="kserve,litserve,mlserver",
+        help="also measure these peer servers (default none), each from its venv made by "
+        "benchmarks/peers/make_venvs.sh",
     )
     parser.add_argument("--plot", type=Path, help="also write a PNG of the table here")
     parser.add_argument(

@@ -82,17 +82,25 @@ def with_batches(port: int, model: str, measure: Callable[[], Step]) -> Step:
 
 
 def measure_rest(
-    port: int, pid: int, workload: str, concurrency: int, budget: Budget, model: str
+    port: int,
+    pid: int,
+    workload: str,
+    concurrency: int,
+    budget: Budget,
+    model: str,
+    cpu: Callable[[int], float] = cpu_seconds,
 ) -> Step:
+    """One closed-loop step; `cpu(pid)` reads the server's CPU seconds (a peer that infers
+    in child processes passes one that sums its process tree)."""
     plan = BenchPlan(
         target=Target("127.0.0.1", port),
         workload=BodiesWorkload(model, tuple(bodies(workload))),
         levels=(float(concurrency),),
         budget=budget,
     )
-    before, start = cpu_seconds(pid), time.monotonic()
+    before, start = cpu(pid), time.monotonic()
     summary: StepSummary = run_async(run_plan(plan)).summaries[0]
-    server = (cpu_seconds(pid) - before) / (time.monotonic() - start)
+    server = (cpu(pid) - before) / (time.monotonic() - start)
     lat = summary.latency_ms
     return Step(
         summary.throughput_rps,

@@ -9,6 +9,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from peers.contenders import LABELS as PEER_LABELS
+
 
 def summary_table(result: dict[str, Any]) -> str:
     raw, steps = result["raw"], result["steps"]
@@ -34,7 +36,7 @@ def summary_table(result: dict[str, Any]) -> str:
         f"{limit('w1', 'b32_items_s', ',.0f')} items/s (b32) | {limit('w2', 'c1_p50_ms', '.1f')} "
         f"| {limit('w2', 'b32_items_s', ',.0f')} items/s (b32) | — | — |",
     ]
-    known = {"raw", "podserve-on", "podserve-off", "fastapi", "podserve-on grpc"}
+    known = {"raw", "podserve-on", "podserve-off", "fastapi", "podserve-on grpc", *PEER_LABELS}
     variants = sorted({n for by in steps.values() for n in by} - known)
     idle_cpu = result.get("idle_cpu_cores", {})
     exits = result.get("sigterm_exit_s", {})
@@ -44,6 +46,7 @@ def summary_table(result: dict[str, Any]) -> str:
         *((v, f"{v} (variant, batching on)", v) for v in variants),
         ("fastapi", "hand-rolled FastAPI", "fastapi-w1"),
         ("podserve-on grpc", "podserve on, gRPC", None),
+        *((peer, label, None) for peer, label in PEER_LABELS.items()),
     ):
         if not any(name in by for by in steps.values()):
             continue
@@ -115,9 +118,15 @@ def ratios(result: dict[str, Any]) -> list[tuple[str, float, str, bool]]:
         wanted.append(
             (f"{label} CPU per request: server ÷ raw", key, on, "raw", "cpu_ms", "(report)", True)
         )
-    variants = sorted(
-        {n for by in steps.values() for n in by} - {"raw", on, "podserve-off", "fastapi", grpc}
-    )
+    others = {"raw", on, "podserve-off", "fastapi", grpc, *PEER_LABELS}
+    variants = sorted({n for by in steps.values() for n in by} - others)
+    for peer in PEER_LABELS:  # podserve (batching on) against each peer measured
+        if not any(peer in by for by in steps.values()):
+            continue
+        for key in steps:
+            for field, what, lower in (("p50_ms", "p50", True), ("rps", "req/s", False)):
+                label = f"{key} {what}: podserve-on ÷ {peer}"
+                wanted.append((label, key, on, peer, field, "(report)", lower))
     for variant in variants:  # an A/B: the variant against the same edge of podserve-on
         base = grpc if variant.endswith(" grpc") else on
         for key in steps:

@@ -5,9 +5,13 @@
 A LitServer serves one LitAPI (one path) a server, so table.py starts one process per
 workload. The settings are LitServe's defaults but for batching, which the table's row
 is about:
-- `max_batch_size=64` (podserve's W1/W2 batch limit) with `batch_timeout=0.0`, LitAPI's
-  default (litserve/api.py): the batching loop takes what is already queued, up to 64,
-  and does not wait for more, as podserve's work-conserving batcher does;
+- `max_batch_size=64` (podserve's W1/W2 batch limit) with `batch_timeout=0.001` s. Not
+  LitAPI's default 0.0: with 0 the inference worker polls its queue with get_nowait()
+  in a loop (litserve/loops/base.py collate_requests) and spins a core while idle (seen
+  here: 0.95 cores for an idle W1 server, which would have slowed every other contender
+  in the same rounds). With a timeout it blocks on the queue, and a batch goes when it
+  is full or 1 ms after it started, so a lone request at c=1 waits 1 ms, as MLServer's
+  (contenders.MLSERVER_MAX_BATCH_TIME_S);
 - `accelerator="cpu"`, `workers_per_device=1`, `num_api_servers=None` (as many HTTP
   server processes as inference workers, "recommended" in LitServer.run's docstring):
   one uvicorn process and one inference process, beside the launcher;
@@ -26,6 +30,7 @@ import numpy as np
 from models import W1, W1_OUTPUT, W2, W2_OUTPUT, decode_w1, decode_w2, oip_response
 
 MAX_BATCH_SIZE = 64
+BATCH_TIMEOUT_S = 0.001
 
 
 class W1API(ls.LitAPI):
@@ -84,7 +89,7 @@ def main() -> None:
     args = parser.parse_args()
     settings: dict[str, Any] = {
         "max_batch_size": MAX_BATCH_SIZE,
-        "batch_timeout": 0.0,
+        "batch_timeout": BATCH_TIMEOUT_S,
         "api_path": f"/v2/models/{args.workload}/infer",
     }
     api = W1API(args.model_dir, **settings) if args.workload == "w1" else W2API(**settings)
