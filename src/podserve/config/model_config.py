@@ -117,7 +117,12 @@ class ModelConfig(_Strict):
     )
     preload: bool = Field(True, description="Load at startup; /startup waits for it.")
     instance_count: int = Field(
-        1, ge=1, description="Worker threads running this model's batches concurrently."
+        1,
+        ge=1,
+        description="Worker threads running this model's batches concurrently. For torch "
+        "models on CPU keep 1: each thread keeps an OpenMP team of its own, and with more "
+        "OpenMP threads than CPUs libgomp sleeps at every parallel region's barrier (25% "
+        "slower per call here: `benchmarks/openmp_teams.py`).",
     )
     platform: str = Field("", description="Free-form platform string for model metadata.")
     inputs: list[TensorConfig] = Field(default_factory=list, description="Declared inputs.")
