@@ -15,8 +15,8 @@ is about:
 - `accelerator="cpu"`, `workers_per_device=1`, `num_api_servers=None` (as many HTTP
   server processes as inference workers, "recommended" in LitServer.run's docstring):
   one uvicorn process and one inference process, beside the launcher;
-- `fast_queue=False` (default), `generate_client_file=False` (it would write client.py
-  into the working directory), access log off as LitServe's default log level has it.
+- `fast_queue=False` (default), and `generate_client_file=False` only so that it does
+  not write client.py into the working directory.
 """
 
 from __future__ import annotations
