@@ -74,16 +74,37 @@ async def client_loop(
         if response.status_code == 200:
             tally.record("ok", elapsed_s)
             continue
-        tally.record(str(response.status_code))
-        if response.status_code == 503:
-            rejections_s.append(elapsed_s)
-            if backoff:
-                retry_after = response.headers.get("retry-after", "1")
-                try:
-                    wait_s = min(float(retry_after), max_backoff_s)
-                except ValueError:
-                    wait_s = 1.0
-                await asyncio.sleep(random.uniform(0, wait_s))  # full jitter
+        await _refused(
+            response.status_code,
+            response.headers.get("retry-after", "1"),
+            elapsed_s,
+            tally,
+            rejections_s,
+            max_backoff_s if backoff else None,
+        )
+
+
+async def _refused(
+    status: int,
+    retry_after: str,
+    elapsed_s: float,
+    tally: harness.Tally,
+    rejections_s: list[float],
+    max_backoff_s: float | None,
+) -> None:
+    """Record a non-200 answer; after a 503, back off (when `max_backoff_s` is given) for a
+    full-jitter share of its Retry-After, capped."""
+    tally.record(str(status))
+    if status != 503:
+        return
+    rejections_s.append(elapsed_s)
+    if max_backoff_s is None:
+        return
+    try:
+        wait_s = min(float(retry_after), max_backoff_s)
+    except ValueError:
+        wait_s = 1.0
+    await asyncio.sleep(random.uniform(0, wait_s))  # full jitter
 
 
 class _Connection(HttpConnection):
@@ -125,15 +146,14 @@ async def lean_loop(
         if response.status == 200:
             tally.record("ok", elapsed_s)
             continue
-        tally.record(str(response.status))
-        if response.status == 503:
-            rejections_s.append(elapsed_s)
-            if backoff:
-                try:
-                    wait_s = min(float(connection.retry_after), max_backoff_s)
-                except ValueError:
-                    wait_s = 1.0
-                await asyncio.sleep(random.uniform(0, wait_s))  # full jitter
+        await _refused(
+            response.status,
+            connection.retry_after,
+            elapsed_s,
+            tally,
+            rejections_s,
+            max_backoff_s if backoff else None,
+        )
     if connection is not None:
         connection.close()
 
