@@ -22,7 +22,6 @@ import argparse
 import datetime as dt
 import os
 import platform
-import shutil
 import statistics
 import subprocess
 import sys
@@ -32,12 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import inprocess
 import servers
+import table_workloads
 
 from podserve.bench.client import run as run_async
 from podserve.bench.loop import Budget
@@ -169,16 +168,7 @@ def _make_models(out: Path, *flags: str) -> None:
 
 def repository(scratch: Path, name: str, models: dict[str, Path], *, batching: bool) -> Path:
     """A model repository of copies, with batching switched off in model.yaml if asked."""
-    repo = scratch / name
-    for model_name, directory in models.items():
-        copy = repo / model_name
-        shutil.copytree(directory, copy)
-        if not batching:
-            config_path = copy / "model.yaml"
-            config = yaml.safe_load(config_path.read_text())
-            config["batching"] = {**config.get("batching", {}), "enabled": False}
-            config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return repo
+    return table_workloads.repository(scratch / name, models, batching=batching)
 
 
 # --- the suite -----------------------------------------------------------------------------------

@@ -76,6 +76,16 @@ async def read_stream(
     return found
 
 
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    """A Redis connection for a test to read and write the streams with."""
+    connection = aioredis.Redis.from_url(redis_url)
+    try:
+        yield connection
+    finally:
+        await connection.aclose()
+
+
 @contextlib.asynccontextmanager
 async def consuming(
     redis_url: str,

@@ -6,7 +6,6 @@ dead-letter stream is capped (consume/retention.py says why each is as it is).""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -22,15 +21,6 @@ from podserve.consume.streams import RedisStreams, StreamNames, Write
 from tests.consume.conftest import consuming, fresh_names
 from tests.consume.replies import entries, streams
 from tests.support.server import write_model
-
-
-@pytest.fixture
-async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    connection = aioredis.Redis.from_url(redis_url)
-    try:
-        yield connection
-    finally:
-        await connection.aclose()
 
 
 async def group_info(client: aioredis.Redis, names: StreamNames) -> dict[str, Any]:

@@ -4,7 +4,6 @@ long as its result may (consume/retention.py states the guarantee these tests ch
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import cast
 
@@ -22,15 +21,6 @@ from tests.consume.replies import entries, streams
 from tests.support.server import write_model
 
 HOUR_MS = 3_600_000
-
-
-@pytest.fixture
-async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    connection = aioredis.Redis.from_url(redis_url)
-    try:
-        yield connection
-    finally:
-        await connection.aclose()
 
 
 async def redis_now_ms(client: aioredis.Redis) -> int:
