@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import inprocess
 import servers
+import table_measure
 import table_workloads
 
 from podserve.bench.client import run as run_async
@@ -103,18 +104,10 @@ def measure(port: int, model_dir: Path, concurrency: int, budget: Budget) -> Ste
     return run_async(run_plan(plan)).summaries[0]
 
 
-def interleaved(
+def _interleaved(
     contenders: dict[str, Callable[[], StepSummary]], rounds: int
 ) -> dict[str, list[StepSummary]]:
-    """Measure each contender `rounds` times, alternating the order every round."""
-    results: dict[str, list[StepSummary]] = {name: [] for name in contenders}
-    names = list(contenders)
-    for index in range(rounds):
-        for name in names if index % 2 == 0 else reversed(names):
-            summary = contenders[name]()
-            results[name].append(summary)
-            print(f"  {name}: {_line(summary)}", flush=True)
-    return results
+    return table_measure.interleaved(contenders, rounds, _line, indent="  ")
 
 
 def _line(s: StepSummary) -> str:
@@ -209,7 +202,7 @@ def run_suite(args: argparse.Namespace, scratch: Path) -> dict[str, object]:
             servers.baseline("baseline", models["iris"], logs) as base,
         ):
             print(f"iris, concurrency {HIGH_CONCURRENCY} ({args.rounds} rounds each)", flush=True)
-            iris = interleaved(
+            iris = _interleaved(
                 {
                     "baseline": lambda: measure(
                         base.port, models["iris"], HIGH_CONCURRENCY, budget
@@ -227,7 +220,7 @@ def run_suite(args: argparse.Namespace, scratch: Path) -> dict[str, object]:
             details["iris_c64"] = {name: _step_json(s) for name, s in iris.items()}
 
             print("iris, concurrency 1", flush=True)
-            single = interleaved(
+            single = _interleaved(
                 {"podserve": lambda: measure(pod.port, models["iris"], 1, budget)}, 1
             )["podserve"]
             served_p50 = _median_latency(single, "p50")
@@ -249,7 +242,7 @@ def run_suite(args: argparse.Namespace, scratch: Path) -> dict[str, object]:
             print(
                 f"heavy-mlp, concurrency {HIGH_CONCURRENCY} ({args.rounds} rounds each)", flush=True
             )
-            heavy = interleaved(
+            heavy = _interleaved(
                 {
                     "podserve": lambda: measure(
                         pod.port, models["heavy-mlp"], HIGH_CONCURRENCY, budget

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -34,19 +36,30 @@ class ServerProcess:
         ready_path: str,
         log_path: Path,
         env: dict[str, str] | None = None,
+        *,
+        process_group: bool = False,
     ) -> None:
+        """`process_group`: start the server in a session of its own and stop the whole
+        group, for servers whose workers are child processes that can outlive their
+        parent's SIGTERM (seen with LitServe's forked API server and inference worker)."""
         self.name = name
         self.command = command
         self.port = port
         self.ready_path = ready_path
         self.log_path = log_path
         self.env = {**os.environ, **(env or {})}
+        self.process_group = process_group
         self._process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> ServerProcess:
         log = self.log_path.open("wb")
         self._process = subprocess.Popen(
-            self.command, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=REPO_ROOT
+            self.command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            cwd=REPO_ROOT,
+            start_new_session=self.process_group,
         )
         log.close()
         self._wait_ready()
@@ -59,14 +72,8 @@ class ServerProcess:
         tb: TracebackType | None,
     ) -> None:
         process, self._process = self._process, None
-        if process is None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if process is not None:
+            self._stop(process, 30.0)
 
     @property
     def pid(self) -> int:
@@ -78,13 +85,24 @@ class ServerProcess:
         process, self._process = self._process, None
         assert process is not None
         start = time.monotonic()
-        process.terminate()
+        self._stop(process, timeout_s)
+        return time.monotonic() - start
+
+    def _stop(self, process: subprocess.Popen[bytes], timeout_s: float) -> None:
+        """SIGTERM (the group, if it has one), wait, SIGKILL what is left."""
+        if self.process_group:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+        else:
+            process.terminate()
         try:
             process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        return time.monotonic() - start
+        if self.process_group:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
 
     def _wait_ready(self) -> None:
         # Polling is how Kubernetes waits too: a readiness probe until it answers 200.

@@ -153,7 +153,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
                     contenders[name] = _batches(
                         proc, workload, _grpc(proc, workload, concurrency, budget)
                     )
-                found = interleaved(contenders, args.rounds)
+                found = interleaved(contenders, args.rounds, Step.line)
                 steps[f"{workload}_c{concurrency}"] = {
                     name: [dataclasses.asdict(s) for s in values] for name, values in found.items()
                 }

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from table_workloads import SENTENCES, W1_FEATURES, BodiesWorkload, bodies, w1_rows
@@ -21,6 +21,8 @@ from podserve.bench.loop import Budget
 from podserve.bench.stats import StepSummary
 from podserve.bench.sweep import BenchPlan, run_plan
 from podserve.bench.workloads import Target
+
+T = TypeVar("T")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -200,14 +202,21 @@ def measure_grpc(
     )
 
 
-def interleaved(contenders: dict[str, Callable[[], Step]], rounds: int) -> dict[str, list[Step]]:
-    results: dict[str, list[Step]] = {name: [] for name in contenders}
+def interleaved(
+    contenders: dict[str, Callable[[], T]],
+    rounds: int,
+    line: Callable[[T], str],
+    indent: str = "    ",
+) -> dict[str, list[T]]:
+    """Measure each contender `rounds` times, alternating the order every round, so a
+    shared machine's drift lands on all of them; print each step as `line` tells."""
+    results: dict[str, list[T]] = {name: [] for name in contenders}
     names = list(contenders)
     for index in range(rounds):
         for name in names if index % 2 == 0 else reversed(names):
             step = contenders[name]()
             results[name].append(step)
-            print(f"    {name}: {step.line()}", flush=True)
+            print(f"{indent}{name}: {line(step)}", flush=True)
     return results
 
 

@@ -8,14 +8,9 @@ Runs in the project's venv: it only builds commands and reads /proc.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
-import subprocess
-import time
 from pathlib import Path
-from types import TracebackType
 
 import servers
 
@@ -39,55 +34,6 @@ MAX_BATCH_SIZE = 64
 MLSERVER_MAX_BATCH_TIME_S = 0.001
 
 
-class PeerProcess(servers.ServerProcess):
-    """A ServerProcess in a session of its own, stopped as a whole process group: LitServe's
-    forked API server and inference worker outlive a SIGTERM to the launcher (seen: they
-    kept spinning after it exited), and MLServer's inference pool is a child too."""
-
-    def __enter__(self) -> PeerProcess:
-        with self.log_path.open("wb") as log:
-            self._process = subprocess.Popen(
-                self.command,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=self.env,
-                cwd=servers.REPO_ROOT,
-                start_new_session=True,
-            )
-        self._wait_ready()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        process, self._process = self._process, None
-        if process is not None:
-            _stop_group(process)
-
-    def sigterm_exit_s(self, timeout_s: float = 30.0) -> float:
-        process, self._process = self._process, None
-        assert process is not None
-        start = time.monotonic()
-        _stop_group(process, timeout_s)
-        return time.monotonic() - start
-
-
-def _stop_group(process: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
-    """SIGTERM the group, wait for the leader, then SIGKILL whatever of the group is left."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-
-
 def python(peer: str) -> str:
     path = VENVS / peer / "bin" / "python"
     if not path.exists():
@@ -95,7 +41,9 @@ def python(peer: str) -> str:
     return str(path)
 
 
-def start(peer: str, models: dict[str, Path], scratch: Path, logs: Path) -> dict[str, PeerProcess]:
+def start(
+    peer: str, models: dict[str, Path], scratch: Path, logs: Path
+) -> dict[str, servers.ServerProcess]:
     """The (not yet entered) servers of `peer` by workload: one process serving both
     workloads for KServe and MLServer, one per workload for LitServe (one API a server)."""
     env = {"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(PEERS_DIR)}
@@ -106,8 +54,8 @@ def start(peer: str, models: dict[str, Path], scratch: Path, logs: Path) -> dict
             command = [python(peer), str(PEERS_DIR / "litserve_server.py")]
             command += [workload, str(model_dir), "--port", str(port)]
             name = f"litserve-{workload}"
-            found[workload] = PeerProcess(
-                name, command, port, "/health", logs / f"{name}.log", env=env
+            found[workload] = servers.ServerProcess(
+                name, command, port, "/health", logs / f"{name}.log", env=env, process_group=True
             )
         return found
     port = servers.free_port()
@@ -120,7 +68,9 @@ def start(peer: str, models: dict[str, Path], scratch: Path, logs: Path) -> dict
         command = [str(VENVS / peer / "bin" / "mlserver"), "start", str(settings)]
     else:
         raise ValueError(f"unknown peer {peer!r}; known: {', '.join(PEERS)}")
-    server = PeerProcess(peer, command, port, "/v2/health/ready", logs / f"{peer}.log", env=env)
+    server = servers.ServerProcess(
+        peer, command, port, "/v2/health/ready", logs / f"{peer}.log", env=env, process_group=True
+    )
     return dict.fromkeys(models, server)
 
 
