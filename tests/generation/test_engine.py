@@ -25,7 +25,7 @@ from podserve.generation.stream import RequestStream  # noqa: E402
 from podserve.scheduling import SchedulerConfig  # noqa: E402
 
 MODEL_DIR = Path(__file__).resolve().parents[2] / "examples" / "models" / "tiny-lm"
-PROMPT_OVER_16_TOKENS = (
+LONG_PROMPT = (
     "Return a list of the names of the files in the directory given by path, sorted"
 )
 GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
@@ -178,8 +178,8 @@ def test_a_new_request_gets_its_first_token_before_the_step_decodes(
     long = SamplingParams(temperature=0, max_tokens=400, ignore_eos=True)
     background = iter(engine.submit("bg", executor.encode_prompt("Return"), long))
     next(background)  # decoding now
-    prompt = executor.encode_prompt(PROMPT_OVER_16_TOKENS)
-    assert len(prompt) > executor.split_chunk_tokens
+    prompt = executor.encode_prompt(LONG_PROMPT)
+    assert len(prompt) > 1
     probe = iter(engine.submit("probe", prompt, SamplingParams(temperature=0, max_tokens=4)))
     assert next(probe).token_id is not None
     list(probe)
@@ -189,6 +189,44 @@ def test_a_new_request_gets_its_first_token_before_the_step_decodes(
     assert log[first - 1] == ("forward", (1, len(prompt)))
     # and the running stream's decode of that step comes after it
     assert log[first + 1] == ("forward", (1, 1))
+
+
+def test_a_late_request_whose_first_token_is_its_last_ends_before_the_decodes(
+    engine: GenerationEngine, executor: ModelExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `max_tokens: 1` request among running streams: its only token ends it, and its
+    stream closes right after its prefill forward, with its KV slot already free, not
+    after the step's decodes (the scheduler's `finish_in_step`)."""
+    log: list[tuple[str, object]] = []
+    forward, put = executor.model.forward, RequestStream.put
+
+    def recording_forward(*args: Any, **kwargs: Any) -> Any:
+        out = forward(*args, **kwargs)
+        log.append(("forward", tuple(kwargs["input_ids"].shape)))
+        return out
+
+    def recording_put(self: RequestStream, event: TokenEvent) -> None:
+        if self.request_id == "probe":
+            log.append(("put", (event.finish_reason, executor.kv.num_free)))
+        put(self, event)
+
+    monkeypatch.setattr(executor.model, "forward", recording_forward)
+    monkeypatch.setattr(RequestStream, "put", recording_put)
+    long = SamplingParams(temperature=0, max_tokens=400, ignore_eos=True)
+    background = iter(engine.submit("bg", executor.encode_prompt("Return"), long))
+    next(background)  # decoding now
+    prompt = executor.encode_prompt("Return a list of")
+    events = list(engine.submit("probe", prompt, SamplingParams(temperature=0, max_tokens=1)))
+    assert [e.finish_reason for e in events] == ["length"]
+    assert events[0].token_id is not None
+    at = next(i for i, entry in enumerate(log) if entry[0] == "put")
+    while len(log) < at + 2:  # the step thread logs the decode forward that follows
+        next(background)
+    engine.abort("bg")
+    assert log[at - 1] == ("forward", (1, len(prompt)))  # right after its own prefill
+    assert log[at + 1] == ("forward", (1, 1))  # the step's decode comes after
+    # only the background stream holds a slot when the probe's last event is published
+    assert log[at] == ("put", ("length", executor.max_num_seqs - 1))
 
 
 def test_seeded_sampling_is_reproducible_whatever_the_batch(engine: GenerationEngine) -> None:

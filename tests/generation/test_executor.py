@@ -26,7 +26,7 @@ PROMPTS = [
     "The function returns",
     "Return a list of the",
     "What does json.dumps do? It returns a string that is the value of the object",
-    "Process",
+    "Process the given",
 ]
 NEW_TOKENS = 24
 
@@ -167,20 +167,20 @@ def test_decodes_of_different_lengths_run_in_one_forward(
         scheduler.add(SequenceRequest(str(i), len(ids), 2))
     for _ in range(2):
         step_greedy(executor, scheduler)
-    # step 1: the longest prompt, over 16 tokens, first and alone as one row (prefills
-    # run before the split forward), then the short prefills in one forward of one row
-    # per token; step 2: one forward of four decode rows
-    long = [n for n in lengths if n > executor.split_chunk_tokens]
-    short = sum(n for n in lengths if n <= executor.split_chunk_tokens)
-    assert calls == [(1, n) for n in long] + [(short, 1)] + [(4, 1)]
+    # step 1: the prefills (every prompt is over one token) before any decode, grouped
+    # by `_forward_groups` (padded rows); step 2: one forward of four decode rows
+    first_step = calls[:-1]
+    assert sum(rows for rows, _ in first_step) == len(lengths)
+    assert max(width for _, width in first_step) == max(lengths)
+    assert calls[-1] == (4, 1)
     assert executor.num_sequences == 0
 
 
-def test_prefill_joins_the_decodes_in_one_forward_and_equals_generate(
+def test_a_late_prefill_runs_before_the_decodes_and_equals_generate(
     executor: ModelExecutor, references: list[list[int]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # three sequences decode; then a fourth prompt arrives and prefills in the SAME
-    # forward as their decodes (the time to its first token is one step, not two)
+    # three sequences decode; then a fourth prompt arrives: its prefill is the step's
+    # first forward (its first token is out before the decodes run), the decodes the second
     calls = record_forwards(executor, monkeypatch)
     scheduler = Scheduler(SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64))
     generated: dict[str, list[int]] = {}
@@ -198,7 +198,7 @@ def test_prefill_joins_the_decodes_in_one_forward_and_equals_generate(
     generated["3"] = []
     calls.clear()
     first = step_greedy(executor, scheduler)
-    assert calls == [(3 + len(late), 1)]  # 3 decode rows + one row per prompt token
+    assert calls == [(1, len(late)), (3, 1)]
     assert set(first) == {"0", "1", "2", "3"}
     for r, token in first.items():
         generated[r].append(token)
@@ -212,11 +212,10 @@ def test_prefill_joins_the_decodes_in_one_forward_and_equals_generate(
 def test_padded_ragged_forward_of_whole_chunks_equals_generate(
     executor: ModelExecutor, references: list[list[int]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # no chunk is split into 1-token rows: decodes and prefill chunks of different
-    # lengths share padded forwards (rows right-aligned, 4-D mask, explicit positions)
+    # prefill chunks of different lengths share padded forwards (rows right-aligned,
+    # 4-D mask, explicit positions) while other requests decode
     calls = record_forwards(executor, monkeypatch)
-    monkeypatch.setattr(executor, "split_chunk_tokens", 0)
-    monkeypatch.setattr(executor, "forward_overhead_tokens", 10_000)  # always one forward
+    monkeypatch.setattr(executor, "forward_overhead_tokens", 10_000)  # prefills: one forward
     config = SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=16, prefill_chunk_tokens=7)
     generated, _ = run_greedy(executor, config, join_every=2)
     assert [generated[str(i)] for i in range(len(PROMPTS))] == references

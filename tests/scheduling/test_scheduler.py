@@ -276,6 +276,46 @@ def test_samples_last_token_predicts_the_length_finish_of_update() -> None:
     assert sched.samples_last_token("two")  # gone
 
 
+def test_finish_in_step_ends_a_request_before_the_update_and_frees_its_kv() -> None:
+    sched = Scheduler(
+        SchedulerConfig(max_num_seqs=3, max_num_batched_tokens=16, kv_cache_tokens=64)
+    )
+    sched.add(SequenceRequest("one", prompt_tokens=4, max_new_tokens=1))  # first = last
+    sched.add(SequenceRequest("eos", prompt_tokens=3, max_new_tokens=8))
+    sched.add(SequenceRequest("more", prompt_tokens=2, max_new_tokens=8))
+    sched.schedule()
+    assert sched.kv_used_tokens == 9
+    with pytest.raises(ValueError, match="does not end it"):
+        sched.finish_in_step("more", stopped=False)
+    done = sched.finish_in_step("one", stopped=False)
+    assert done == FinishedRequest("one", RequestStatus.FINISHED_LENGTH, 1)
+    assert sched.finish_in_step("eos", stopped=True) == FinishedRequest(
+        "eos", RequestStatus.FINISHED_STOPPED, 1
+    )
+    assert sched.kv_used_tokens == 2  # only "more" still holds KV
+    assert sched.get("one") is None and sched.num_running == 1
+    with pytest.raises(ValueError, match="not in the step in flight"):
+        sched.finish_in_step("one", stopped=False)  # a second time
+    # the update carries only the request that goes on; the ended ones are not expected
+    assert sched.update(StepResult((SequenceOutput("more"),))) == ()
+    out = sched.schedule()
+    assert [(c.request_id, c.num_tokens) for c in out.chunks] == [("more", 1)]
+    with pytest.raises(ValueError, match="not in the step in flight"):
+        sched.finish_in_step("gone", stopped=True)
+
+
+def test_finish_in_step_refuses_a_partial_prefill() -> None:
+    sched = Scheduler(
+        SchedulerConfig(
+            max_num_seqs=1, max_num_batched_tokens=4, kv_cache_tokens=64, prefill_chunk_tokens=4
+        )
+    )
+    sched.add(SequenceRequest("long", prompt_tokens=10, max_new_tokens=1))
+    sched.schedule()  # the first 4 of 10 prompt tokens: nothing sampled
+    with pytest.raises(ValueError, match="samples no token"):
+        sched.finish_in_step("long", stopped=True)
+
+
 def test_kv_pressure_preempts_the_newest_and_recompute_keeps_generated_tokens() -> None:
     sched = Scheduler(
         SchedulerConfig(

@@ -25,7 +25,6 @@ from podserve.generation.penalties import TokenCounts
 from podserve.generation.sampling import (
     Sampler,
     SamplingParams,
-    TokenLogprob,
     sample_rows,
     token_logprobs,
 )
@@ -57,16 +56,6 @@ class EngineStats:
     num_preemptions: int
     prompt_tokens_total: int
     generation_tokens_total: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Sampled:
-    """One request's token of the step, until the scheduler's update."""
-
-    token: int
-    text: str
-    stopped: bool
-    logprob: TokenLogprob | None
 
 
 @dataclass(slots=True)
@@ -237,35 +226,23 @@ class GenerationEngine:
                 live = self._live.get(chunk.request_id)
                 if live is not None and live.queued_s is None:
                     live.queued_s = now - live.submitted_s
-        sampled: dict[str, _Sampled] = {}
+        sampled: list[str] = []  # requests given a token that does not end them
         if out.chunks:
             for logits in self.executor.forwards(out):
                 with self._lock:  # publish a token as soon as its forward is done
                     self._sample_locked(logits, sampled)
         with self._lock:
-            outputs = [SequenceOutput(rid, 1, out.stopped) for rid, out in sampled.items()]
-            finished = {
-                f.request_id: f.status for f in self.scheduler.update(StepResult(tuple(outputs)))
-            }
-            for request_id, one in sampled.items():
-                status = finished.get(request_id)
-                if status is None:
-                    continue  # published by `_sample_locked`, or aborted meanwhile
-                reason = _FINISH_REASONS[status]
-                live = self._live[request_id]
-                text = one.text
-                if reason == "length":
-                    text += live.detokenizer.flush()
-                event = TokenEvent(
-                    one.token, text, reason, queued_s=self._queue_report(live), logprob=one.logprob
-                )
-                self._finish_locked(request_id, event, free_now=True)
+            # the tokens that end a request were applied by `finish_in_step` already
+            ended = self.scheduler.update(StepResult(tuple(SequenceOutput(r) for r in sampled)))
+            if ended:  # the engine's and the scheduler's ideas of "last token" differ
+                raise RuntimeError(f"requests ended outside the step's sampling: {ended}")
         return True
 
-    def _sample_locked(self, logits: dict[str, torch.Tensor], sampled: dict[str, _Sampled]) -> None:
-        """Sample one forward's rows. A token that does not end its request goes to its
-        stream at once; one that does waits for the scheduler's update, which frees the
-        request's resources before its last event is seen."""
+    def _sample_locked(self, logits: dict[str, torch.Tensor], sampled: list[str]) -> None:
+        """Sample one forward's rows and publish each token at once. A token that ends its
+        request first frees the request's scheduler entry and KV slot, so by the time a
+        client sees its last event the capacity is back (a client that resubmits at once
+        finds the slot free); the step's later forwards do not delay it."""
         rows = [(rid, row) for rid, row in logits.items() if rid in self._live]
         tokens = sample_rows(
             [self._live[rid].sampler for rid, _ in rows], [r for _, r in rows], self._counts
@@ -282,11 +259,19 @@ class GenerationEngine:
             else:
                 delta = live.detokenizer.add(token)
                 delta_text, stopped = delta.text, delta.stopped
-            sampled[request_id] = _Sampled(token, delta_text, stopped, logprob)
-            # the scheduler's update ends a request that stopped or reached max_tokens
-            if not stopped and not self.scheduler.samples_last_token(request_id):
-                queued = self._queue_report(live)
-                live.stream.put(TokenEvent(token, delta_text, queued_s=queued, logprob=logprob))
+            queued = self._queue_report(live)
+            if stopped or self.scheduler.samples_last_token(request_id):
+                # its last token: the request leaves the scheduler and its KV slot now
+                # (no later forward of this step uses the slot), then its stream ends
+                done = self.scheduler.finish_in_step(request_id, stopped=stopped)
+                reason = _FINISH_REASONS[done.status]
+                if reason == "length":
+                    delta_text += live.detokenizer.flush()
+                event = TokenEvent(token, delta_text, reason, queued_s=queued, logprob=logprob)
+                self._finish_locked(request_id, event, free_now=True)
+                continue
+            sampled.append(request_id)
+            live.stream.put(TokenEvent(token, delta_text, queued_s=queued, logprob=logprob))
 
     @staticmethod
     def _queue_report(live: _Live) -> float | None:

@@ -3,11 +3,20 @@
 The scheduler counts tokens; the executor keeps each request's token ids (prompt +
 generated) and its KV slot (see `kv_cache.py`). One step:
 
-- every chunk of at most `split_chunk_tokens` tokens (the decodes, short prefill pieces)
-  runs in ONE forward, one 1-token row per token, so a new request's prefill shares the
-  decodes' forward instead of waiting for a forward of its own;
-- longer chunks run as whole-chunk rows, right-aligned and padded at the front, grouped
-  into as few forwards as pay for their padding (`_forward_groups`).
+- the prefill chunks (more than one token) run first, as whole-chunk rows, right-aligned
+  and padded at the front, grouped into as few forwards as pay for their padding
+  (`_forward_groups`); a request whose prompt ends in the chunk has its first token as
+  soon as that forward ends;
+- then the decodes (one token each) run in ONE forward of 1-token rows.
+
+Why a new prompt does not share the decodes' forward (as 1-token rows, which an earlier
+version did for chunks of up to 16 tokens): measured on the bundled tiny LM, 16 decodes
+took 3.7 ms, a lone 3-token prefill 1.7 ms, and the two in one forward 5.5 ms (up to
+13 ms as the streams grew): the extra rows of one slot break the decodes' contiguous
+slots, so every layer gathers every row's cached K/V instead of viewing it. Apart, the
+step costs no more, and the new request's first token leaves after its own 1.7 ms
+forward instead of after the whole step (late-request TTFT 2.2-3.1x idle against
+3.6-3.8x; `benchmarks/generation_anchors.py`).
 
 A 4-D attention mask and explicit position ids give every query exactly the keys and the
 RoPE position of an unbatched forward, so greedy output equals `model.generate`.
@@ -71,9 +80,6 @@ class ModelExecutor:
         # the query rows' padding: any valid id (its K/V are never written nor seen)
         self._pad_id = int(self.tokenizer.pad_token_id or 0)
         self._bool_mask = self.model.config._attn_implementation == "sdpa"
-        # chunks of at most this many tokens (the decodes, short prefill pieces) share
-        # one forward of 1-token rows; longer ones run in padded forwards of whole chunks
-        self.split_chunk_tokens = SPLIT_CHUNK_TOKENS
         # a forward's fixed cost in padded query tokens (see `_forward_groups`)
         self.forward_overhead_tokens = FORWARD_OVERHEAD_TOKENS
 
@@ -145,25 +151,25 @@ class ModelExecutor:
         """Run one scheduled step forward by forward, yielding each forward's
         `{request_id: logits row}` as soon as it is computed.
 
-        The long prefill chunks run first and the decodes last: a request that just
-        arrived gets its first token one prefill forward after the step starts instead of
-        after the whole step, and the running streams lose nothing, since their tokens
-        come at the end of the step either way."""
+        The prefill chunks run first and the decodes last: a request that just arrived
+        gets its first token one prefill forward after the step starts instead of after
+        the whole step, and the running streams lose nothing, since their tokens come at
+        the end of the step either way."""
         import torch
 
         for request_id in batch.preempted:
             self.release_kv(request_id)
         for chunk in batch.chunks:
             self._claim_slot(chunk)
-        short = [c for c in batch.chunks if c.num_tokens <= self.split_chunk_tokens]
-        long = [c for c in batch.chunks if c.num_tokens > self.split_chunk_tokens]
-        for group in _forward_groups(long, self.forward_overhead_tokens):
+        decodes = [c for c in batch.chunks if c.num_tokens == 1]
+        prefills = [c for c in batch.chunks if c.num_tokens > 1]
+        for group in _forward_groups(prefills, self.forward_overhead_tokens):
             with torch.inference_mode():
-                part = self._forward(group, split=False)
+                part = self._forward(group)
             yield part
-        if short:  # the decodes and short prefill chunks: one forward of 1-token rows
+        if decodes:
             with torch.inference_mode():
-                part = self._forward(short, split=True)
+                part = self._forward(decodes)
             yield part
 
     def _claim_slot(self, chunk: ScheduledChunk) -> None:
@@ -180,11 +186,8 @@ class ModelExecutor:
         if chunk.start + chunk.num_tokens > min(len(seq.token_ids), self.max_context):
             raise RuntimeError(f"{chunk.request_id!r}: chunk runs past its tokens or context")
 
-    def _forward(self, chunks: list[ScheduledChunk], *, split: bool) -> dict[str, torch.Tensor]:
-        """One forward over chunks of any lengths, decodes and prefill pieces together.
-
-        `split`: every token is its own 1-query row (a chunk of n tokens takes n rows of
-        its slot; no padding). Otherwise each chunk is one row, right-aligned: padded at
+    def _forward(self, chunks: list[ScheduledChunk]) -> dict[str, torch.Tensor]:
+        """One forward over chunks of any lengths, each one row, right-aligned: padded at
         the front to the longest chunk, so a row's last query is its chunk's last token.
         The layout (see `kv_cache.py`) puts each real token's K/V at its true position in
         its slot and gives each query its true RoPE position and the keys it may see, so
@@ -193,21 +196,14 @@ class ModelExecutor:
 
         # order by slot so that contiguous slots give the cache a view, not a gather
         chunks = sorted(chunks, key=lambda c: self._slot(c.request_id))
+        width = max(c.num_tokens for c in chunks)
         rows: list[tuple[int, int, int]] = []
         input_ids: list[list[int]] = []
-        last_rows: list[int] = []  # the row of each chunk's last token
-        width = 1 if split else max(c.num_tokens for c in chunks)
         for chunk in chunks:
-            slot = self._slot(chunk.request_id)
             ids = self._sequences[chunk.request_id].token_ids
             new = ids[chunk.start : chunk.start + chunk.num_tokens]
-            if split:
-                rows += [(slot, chunk.start + j, 1) for j in range(chunk.num_tokens)]
-                input_ids += [[token] for token in new]
-            else:
-                rows.append((slot, chunk.start, chunk.num_tokens))
-                input_ids.append([self._pad_id] * (width - chunk.num_tokens) + new)
-            last_rows.append(len(rows) - 1)
+            rows.append((self._slot(chunk.request_id), chunk.start, chunk.num_tokens))
+            input_ids.append([self._pad_id] * (width - chunk.num_tokens) + new)
         layout = self.kv.layout(rows)
         device = self.model.device
         keys = torch.arange(layout.kv_length, device=device)
@@ -228,7 +224,7 @@ class ModelExecutor:
         for chunk in chunks:
             self.kv.advance(self._slot(chunk.request_id), chunk.num_tokens)
         last = out.logits[:, -1, :]
-        return {c.request_id: last[r] for c, r in zip(chunks, last_rows, strict=True) if c.samples}
+        return {c.request_id: last[row] for row, c in enumerate(chunks) if c.samples}
 
     def _slot(self, request_id: str) -> int:
         slot = self._sequences[request_id].slot
@@ -237,9 +233,10 @@ class ModelExecutor:
         return slot
 
 
-# Tuned on the tiny model on CPU: a forward costs about 3 ms plus 0.1 ms per query token,
-# and a split row also gathers its slot's cached K/V, which grows with the chunk.
-SPLIT_CHUNK_TOKENS = 16
+# A forward's fixed cost in padded query tokens. Measured on the tiny model on CPU, a lone
+# prefill forward took 1.44 ms for 3 tokens, 3.83 ms for 35 and 10.2 ms for 128: about
+# 1.2 ms plus 0.07 ms a token, so the fixed part is worth ~16 tokens; 32 leans towards
+# fewer forwards, each of which also pays Python and a mask build on the step thread.
 FORWARD_OVERHEAD_TOKENS = 32
 
 

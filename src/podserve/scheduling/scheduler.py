@@ -210,17 +210,44 @@ class Scheduler:
         self._in_flight = None  # a malformed result above leaves the step pending
         finished: list[FinishedRequest] = []
         for request in sampled:
-            request_id = request.request_id
-            request.generated_tokens += 1
-            if outputs[request_id].stopped:
-                status = RequestStatus.FINISHED_STOPPED
-            elif request.generated_tokens >= request.max_new_tokens:
-                status = RequestStatus.FINISHED_LENGTH
-            else:
-                continue
-            self._running.remove(request)
-            finished.append(self._finish(request, status))
+            done = self._count_token(request, stopped=outputs[request.request_id].stopped)
+            if done is not None:
+                finished.append(done)
         return tuple(finished)
+
+    def finish_in_step(self, request_id: str, *, stopped: bool) -> FinishedRequest:
+        """Apply one request's output of the step in flight before `update`, when that
+        token ends it (it `stopped`, or `samples_last_token`): the request leaves now,
+        freeing its KV, and `update` no longer expects it.
+
+        The engine publishes each forward's tokens as that forward ends; without this a
+        request's last token (for a `max_tokens: 1` request, also its first) would wait for
+        the step's later forwards, which is the update's only reason to exist for it."""
+        in_flight = self._in_flight
+        if in_flight is None or request_id not in in_flight:
+            raise ValueError(f"request {request_id!r} is not in the step in flight")
+        chunk, request = in_flight[request_id]
+        if not chunk.samples or self._requests.get(request_id) is not request:
+            raise ValueError(f"request {request_id!r} samples no token in this step")
+        if not stopped and request.generated_tokens + 1 < request.max_new_tokens:
+            raise ValueError(f"request {request_id!r}: this token does not end it")
+        del in_flight[request_id]
+        request.generated_tokens += 1
+        self._running.remove(request)
+        status = RequestStatus.FINISHED_STOPPED if stopped else RequestStatus.FINISHED_LENGTH
+        return self._finish(request, status)
+
+    def _count_token(self, request: SequenceRequest, *, stopped: bool) -> FinishedRequest | None:
+        """One sampled token for a running request; the request's end if it ends it."""
+        request.generated_tokens += 1
+        if stopped:
+            status = RequestStatus.FINISHED_STOPPED
+        elif request.generated_tokens >= request.max_new_tokens:
+            status = RequestStatus.FINISHED_LENGTH
+        else:
+            return None
+        self._running.remove(request)
+        return self._finish(request, status)
 
     # -- internals -----------------------------------------------------------------------
 
