@@ -205,10 +205,14 @@ async def test_a_restarted_redis_rebuilds_committed_spend(
     await store.close()
 
 
-async def test_a_hold_of_nothing_that_costs_something_is_still_charged(store: Store) -> None:
-    """A reservation of 0 (no tokens estimated) writes no scope row; its settlement must
-    still charge the budget when the upstream reports a cost."""
-    nothing = _hold(0, 0, limit_micro=300)
+@pytest.mark.parametrize("limit_micro", [300, None])
+async def test_a_hold_of_nothing_that_costs_something_is_still_charged(
+    store: Store, limit_micro: int | None
+) -> None:
+    """A reservation of 0 (no tokens estimated) writes no scope row (on SQLite, no row at
+    all; without a limit it reads nothing either); its settlement must still charge the
+    budget when the upstream reports a cost."""
+    nothing = _hold(0, 0, limit_micro=limit_micro)
     assert isinstance(await store.reserve(nothing), Grant)
     assert await store.settle(_settle(nothing, 10, 100))  # 210 spent
     assert isinstance(await store.reserve(_hold(10, 100, limit_micro=300)), Refusal)
@@ -283,5 +287,69 @@ async def test_sqlite_settlement_cancelled_before_its_batch_writes_nothing(
             await task
         assert await store.spend(Dimension.KEY) == []
         assert await store.settle(_settle(hold, 10, 20))  # still open: settles now
+    finally:
+        await store.close()
+
+
+async def test_an_expired_hold_of_nothing_is_ledgered_at_zero(store: Store) -> None:
+    """A hold of nothing (an OIP request) whose lease runs out is settled like any other:
+    one `expired` ledger row, charged 0; a late settlement finds it gone."""
+    nothing = _hold(0, 0, limit_micro=None, lease_s=-1.0)
+    assert await store.reserve(nothing) == Grant(0, 0, 0)
+    assert await store.expire_leases(time.time()) == 1
+    assert await store.expire_leases(time.time()) == 0
+    assert not await store.settle(_settle(nothing, 0, 0))
+    rows = await store.spend(Dimension.KEY)
+    assert [(r.cost_micro, r.requests) for r in rows] == [(0, 1)]
+
+
+async def test_sqlite_a_crashed_gateway_leaves_only_its_priced_holds(tmp_path: Path) -> None:
+    """What a crash costs (sqlite_ops): a priced reservation is a row, so the next gateway
+    on the file charges it in full when its lease runs out; a hold of nothing lived in the
+    crashed process only, and is neither charged (it would be 0) nor ledgered."""
+    crashed = SqliteStore(tmp_path / "gw.db")
+    priced = _hold(10, 100, limit_micro=1000, lease_s=-1.0)
+    nothing = _hold(0, 0, limit_micro=None, lease_s=-1.0)
+    assert isinstance(await crashed.reserve(priced), Grant)
+    assert isinstance(await crashed.reserve(nothing), Grant)
+    # No close(): the next gateway opens the same file as if this process had died.
+    successor = SqliteStore(tmp_path / "gw.db")
+    try:
+        assert await successor.expire_leases(time.time()) == 1
+        rows = await successor.spend(Dimension.KEY)
+        assert [(r.cost_micro, r.requests) for r in rows] == [(210, 1)]
+        # The budget counts the expired hold: 1000 - 210 leaves room for 3 more, not 4.
+        more = [await successor.reserve(_hold(10, 100, limit_micro=1000)) for _ in range(4)]
+        assert [isinstance(r, Grant) for r in more] == [True, True, True, False]
+    finally:
+        await successor.close()
+        await crashed.close()
+
+
+async def test_sqlite_a_failed_batch_changes_nothing_in_memory_either(tmp_path: Path) -> None:
+    """A batch is all or nothing, for the holds kept in memory too: a settlement in a
+    transaction that rolls back leaves its reservation open, and a reservation in it
+    holds nothing."""
+    from podserve.gateway.store.base import Charge, StoreUnavailable
+
+    store = SqliteStore(tmp_path / "gw.db")
+    try:
+        ok, clash = _hold(0, 0, limit_micro=None), _hold(0, 0, limit_micro=None)
+        assert isinstance(await store.reserve(ok), Grant)
+        assert isinstance(await store.reserve(clash), Grant)
+        # A ledger row already carries `clash`'s id: its settlement's INSERT fails, and
+        # with it the whole transaction it shares with `ok`'s settlement and a reservation.
+        await store.charge(Charge(_settle(clash, 1, 1), ("key:k1",), clash.labels))
+        late = _hold(0, 0, limit_micro=300, lease_s=-1.0)  # a limit: it goes to the batch
+        results = await asyncio.gather(
+            store.settle(_settle(ok, 0, 0)),
+            store.reserve(late),
+            store.settle(_settle(clash, 0, 0)),
+            return_exceptions=True,
+        )
+        assert [type(r) for r in results] == [StoreUnavailable] * 3
+        assert await store.settle(_settle(ok, 0, 0))  # still open: settles now
+        assert await store.expire_leases(time.time()) == 0  # `late` (lease over) never held
+        assert not await store.settle(_settle(late, 0, 0))
     finally:
         await store.close()

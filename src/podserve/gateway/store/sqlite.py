@@ -18,6 +18,10 @@ waits for the end of the turn, not for a timer: the requests that arrived in the
 turn are what share its commit. An operation cancelled before its batch runs writes
 nothing (a settlement's lease settles it; a reservation was never granted).
 
+What each transaction writes, and why a hold of nothing has no row, is in `sqlite_ops`
+(the reserve and settle operations): one ledger row per settled request, a reservation row
+only when a lease would have something to charge, scope counters once per transaction.
+
 The store is in process (`in_process`): a call cannot hang on a network, so the gateway
 puts no deadline on it (a deadline could only fire while the call waits for its loop turn,
 and would then charge a settled request in full through its lease).
@@ -33,9 +37,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from podserve.gateway.budget import Grant, Refusal, ScopeState, Usage, WindowState, grant
+from podserve.gateway.budget import Grant, Refusal, Usage
 from podserve.gateway.keys import KeyRecord
-from podserve.gateway.limits import WINDOW_S
 from podserve.gateway.store.base import (
     Charge,
     Dimension,
@@ -45,6 +48,9 @@ from podserve.gateway.store.base import (
     SpendRow,
     StoreUnavailable,
 )
+from podserve.gateway.store.sqlite_ops import Open, Tx, reserve_without_sql
+from podserve.gateway.store.sqlite_ops import reserve as reserve_in
+from podserve.gateway.store.sqlite_ops import settle as settle_in
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS keys (
@@ -70,7 +76,7 @@ CREATE TABLE IF NOT EXISTS ledger (
 """
 
 T = TypeVar("T")
-_Op = Callable[[sqlite3.Connection], Any]
+_Op = Callable[[Tx], Any]
 
 _GROUP_COLUMN = {
     Dimension.KEY: "key_id",
@@ -84,7 +90,7 @@ class SqliteStore:
     in_process = True
 
     def __init__(self, path: str | Path) -> None:
-        if sqlite3.sqlite_version_info < (3, 35):  # DELETE ... RETURNING in _settle
+        if sqlite3.sqlite_version_info < (3, 35):  # DELETE ... RETURNING in sqlite_ops.settle
             raise StoreUnavailable(
                 f"sqlite store needs SQLite 3.35 or later; this Python has {sqlite3.sqlite_version}"
             )
@@ -96,9 +102,10 @@ class SqliteStore:
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"sqlite store {path}: {exc}") from exc
         self._batch: list[tuple[_Op, asyncio.Future[Any]]] = []
+        self._unheld: dict[str, Open] = {}  # reservations of nothing: no row (sqlite_ops)
         self.transactions = 0  # begun: what group commit saves
 
-    async def _queued(self, op: Callable[[sqlite3.Connection], T]) -> T:
+    async def _queued(self, op: Callable[[Tx], T]) -> T:
         """Run `op` in this event-loop turn's transaction, after those queued before it."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
@@ -114,8 +121,8 @@ class SqliteStore:
         if not live:
             return
         try:
-            with self._tx() as db:
-                results = [queued(db) for queued, _ in live]
+            with self._tx() as tx:
+                results = [queued(tx) for queued, _ in live]
         except Exception as exc:  # all or nothing: every caller sees the failure
             for _, future in live:
                 if not future.done():
@@ -126,23 +133,26 @@ class SqliteStore:
                 future.set_result(done)
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
+    def _tx(self) -> Iterator[Tx]:
         self.transactions += 1
+        tx = Tx(self._db, self._unheld)
         try:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                yield self._db
+                yield tx
+                tx.flush()
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"sqlite store: {exc}") from exc
+        tx.commit()
 
     # --- keys ------------------------------------------------------------------------
     async def create_key(self, record: KeyRecord) -> None:
-        with self._tx() as db:
-            db.execute(
+        with self._tx() as tx:
+            tx.db.execute(
                 "INSERT INTO keys VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     record.key_id,
@@ -168,49 +178,53 @@ class SqliteStore:
         return [_key(r) for r in rows]
 
     async def revoke_key(self, key_id: str) -> bool:
-        with self._tx() as db:
-            cur = db.execute("UPDATE keys SET revoked = 1 WHERE key_id = ?", (key_id,))
+        with self._tx() as tx:
+            cur = tx.db.execute("UPDATE keys SET revoked = 1 WHERE key_id = ?", (key_id,))
             return cur.rowcount > 0
 
     # --- budgets ---------------------------------------------------------------------
     async def reserve(self, hold: Hold) -> Grant | Refusal:
-        return await self._queued(lambda db: _reserve(db, hold))
+        # A hold of nothing that nothing can refuse is answered now: it reads and writes
+        # nothing, so it need not wait for the end of the turn.
+        found = reserve_without_sql(hold, self._unheld)
+        if found is not None:
+            return found
+        return await self._queued(lambda tx: reserve_in(tx, hold))
 
     async def settle(self, settlement: Settlement) -> bool:
-        return await self._queued(lambda db: _settle(db, settlement))
+        return await self._queued(lambda tx: settle_in(tx, settlement))
 
     async def expire_leases(self, now_wall_s: float) -> int:
-        with self._tx() as db:
-            rows = db.execute(
+        with self._tx() as tx:
+            rows = tx.db.execute(
                 "SELECT id, amount, prompt_tokens, max_tokens FROM reservations "
                 "WHERE lease_until <= ?",
                 (now_wall_s,),
             ).fetchall()
-            for rid, amount, prompt, max_tokens in rows:
-                _settle(
-                    db,
+            due = [
+                (rid, held.amount, held.prompt_tokens, held.max_tokens)
+                for rid, held in tx.due(now_wall_s)
+            ]
+            for rid, amount, prompt, max_tokens in (*rows, *due):
+                settle_in(
+                    tx,
                     Settlement(
                         rid, Usage(prompt, max_tokens), amount, "", Outcome.EXPIRED, now_wall_s
                     ),
                 )
-            db.execute("DELETE FROM windows WHERE expires_at <= ?", (now_wall_s,))
-            return len(rows)
+            tx.db.execute("DELETE FROM windows WHERE expires_at <= ?", (now_wall_s,))
+            return len(rows) + len(due)
 
     async def charge(self, charge: Charge) -> None:
         s, labels = charge.settlement, charge.labels
-        with self._tx() as db:
-            seen = db.execute(
+        with self._tx() as tx:
+            seen = tx.db.execute(
                 "SELECT 1 FROM ledger WHERE reservation_id = ?", (s.reservation_id,)
             ).fetchone()
             if seen is not None:
                 return
-            for name in charge.scopes:
-                db.execute(
-                    "INSERT INTO scopes (name, committed) VALUES (?, ?) ON CONFLICT(name) "
-                    "DO UPDATE SET committed = committed + excluded.committed",
-                    (name, s.cost_micro),
-                )
-            db.execute(
+            tx.add(charge.scopes, s.cost_micro, 0)
+            tx.db.execute(
                 "INSERT INTO ledger VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     s.reservation_id,
@@ -238,126 +252,6 @@ class SqliteStore:
 
     async def close(self) -> None:
         self._db.close()
-
-
-def _reserve(db: sqlite3.Connection, hold: Hold) -> Grant | Refusal:
-    # One statement per table, not per row: a statement costs ~20 µs here.
-    names = [s.name for s in hold.scopes]
-    state = {
-        name: (committed, reserved)
-        for name, committed, reserved in db.execute(
-            f"SELECT name, committed, reserved FROM scopes WHERE name IN ({_marks(names)})",
-            names,
-        )
-    }
-    budgets = [ScopeState(s.name, s.limit_micro, *state.get(s.name, (0, 0))) for s in hold.scopes]
-    counters = [w.counter for w in (*hold.rpm, *hold.tpm)]
-    used: dict[str, int] = (
-        dict(
-            db.execute(
-                f"SELECT counter, used FROM windows WHERE counter IN ({_marks(counters)})",
-                counters,
-            ).fetchall()
-        )
-        if counters
-        else {}
-    )
-    rpm = [WindowState(w.name, w.limit, used.get(w.counter, 0), w.resets_in_s) for w in hold.rpm]
-    tpm = [WindowState(w.name, w.limit, used.get(w.counter, 0), w.resets_in_s) for w in hold.tpm]
-    decision = grant(hold.plan, budgets, rpm, tpm)
-    if isinstance(decision, Refusal):
-        return decision
-    # A hold of nothing (an OIP request: nothing in it is billed) changes no scope, and a
-    # key without limits has no window: each skipped statement is one less B-tree write.
-    if decision.amount_micro:
-        db.executemany(
-            "INSERT INTO scopes (name, reserved) VALUES (?, ?) ON CONFLICT(name) "
-            "DO UPDATE SET reserved = reserved + excluded.reserved",
-            [(name, decision.amount_micro) for name in names],
-        )
-    if counters:
-        expires = hold.lease_until + WINDOW_S
-        db.executemany(
-            "INSERT INTO windows VALUES (?, ?, ?) ON CONFLICT(counter) "
-            "DO UPDATE SET used = used + excluded.used",
-            [(w.counter, 1, expires) for w in hold.rpm]
-            + [(w.counter, decision.tpm_tokens, expires) for w in hold.tpm],
-        )
-    labels = hold.labels
-    db.execute(
-        "INSERT INTO reservations VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-        (
-            hold.reservation_id,
-            json.dumps([s.name for s in hold.scopes]),
-            decision.amount_micro,
-            json.dumps([w.counter for w in hold.tpm]),
-            decision.tpm_tokens,
-            hold.plan.prompt_tokens,
-            decision.max_tokens,
-            hold.lease_until,
-            labels.key_id,
-            labels.team,
-            labels.namespace,
-            labels.model,
-            labels.request_id,
-        ),
-    )
-    return decision
-
-
-def _settle(db: sqlite3.Connection, s: Settlement) -> bool:
-    # DELETE ... RETURNING (SQLite 3.35+): the reservation is read and removed in one
-    # statement; a second settlement of the same id finds nothing and changes nothing.
-    row = db.execute(
-        "DELETE FROM reservations WHERE id = ? RETURNING "
-        "scopes, amount, tpm, tpm_tokens, key_id, team, namespace, model, request_id",
-        (s.reservation_id,),
-    ).fetchone()
-    if row is None:
-        return False
-    scopes, amount, tpm, tpm_tokens, key_id, team, namespace, model, request_id = row
-    names = json.loads(scopes)
-    if amount:  # the reservation made these rows
-        db.execute(
-            "UPDATE scopes SET reserved = reserved - ?, committed = committed + ? "
-            f"WHERE name IN ({_marks(names)})",
-            (amount, s.cost_micro, *names),
-        )
-    elif s.cost_micro:  # held nothing, yet cost something (an estimate of 0 tokens)
-        db.executemany(
-            "INSERT INTO scopes (name, committed) VALUES (?, ?) ON CONFLICT(name) "
-            "DO UPDATE SET committed = committed + excluded.committed",
-            [(name, s.cost_micro) for name in names],
-        )
-    unused = tpm_tokens - s.usage.prompt_tokens - s.usage.completion_tokens
-    counters = json.loads(tpm)
-    if unused > 0 and counters:
-        db.execute(
-            f"UPDATE windows SET used = used - ? WHERE counter IN ({_marks(counters)})",
-            (unused, *counters),
-        )
-    db.execute(
-        "INSERT INTO ledger VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-        (
-            s.reservation_id,
-            request_id,
-            s.at,
-            key_id,
-            team,
-            namespace,
-            model,
-            s.upstream,
-            s.usage.prompt_tokens,
-            s.usage.completion_tokens,
-            s.cost_micro,
-            s.outcome.value,
-        ),
-    )
-    return True
-
-
-def _marks(values: list[str]) -> str:
-    return ",".join("?" * len(values))
 
 
 def _key(row: tuple[object, ...]) -> KeyRecord:
