@@ -46,6 +46,16 @@ _BUDGET_POLL_S = 0.025
 log = logging.getLogger("podserve.gateway")
 
 
+_BYTES = tokens.ByteBound()
+_KEY_LIMITS_MAX = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class _KeyLimits:
+    scopes: tuple[ScopeSpec, ...]  # key, team, namespace (limit None: unlimited)
+    rates: tuple[tuple[str, int | None, int | None], ...]  # (scope, rpm, tpm), limited only
+
+
 @dataclass(frozen=True, slots=True)
 class Admission:
     reservation_id: str
@@ -81,6 +91,7 @@ class Accounting:
         # Store calls that missed their deadline, and the releases of late reservations.
         self._background: set[asyncio.Future[Any]] = set()
         self._counters: dict[str, tokens.Counter] = {}
+        self._key_limits: dict[KeyRecord, _KeyLimits] = {}
         for model, price in config.prices.items():
             self._rates[model] = Rate.per_million_usd(*price.per_million_usd())
             if price.tokenizer is not None:
@@ -179,12 +190,19 @@ class Accounting:
         return self._rates.get(model, FREE)
 
     def prompt_tokens(self, bill: Billable) -> int:
-        counter = self._counters.get(bill.model, tokens.ByteBound())
+        if not bill.texts and bill.endpoint is not Endpoint.CHAT:
+            return bill.token_ids  # nothing to count (an OIP request: 0)
+        counter = self._counters.get(bill.model, _BYTES)
         if bill.endpoint is Endpoint.CHAT:
             return tokens.chat_prompt_tokens(counter, bill.texts)
         return tokens.completion_prompt_tokens(counter, bill.texts) + bill.token_ids
 
-    def _scopes(self, key: KeyRecord) -> tuple[ScopeSpec, ...]:
+    def _limits(self, key: KeyRecord) -> _KeyLimits:
+        """The key's budget scopes and rate limits: the same on each of its requests, so
+        built once per key record (a changed record is another cache entry)."""
+        found = self._key_limits.get(key)
+        if found is not None:
+            return found
         team = self._config.teams.get(key.team)
         ns = self._config.namespaces.get(key.namespace)
 
@@ -192,29 +210,34 @@ class Accounting:
             usd = getattr(limits, "budget_usd", None)
             return None if usd is None else usd_to_micro(usd)
 
-        return (
+        scopes = (
             ScopeSpec(f"key:{key.key_id}", key.budget_micro),
             ScopeSpec(f"team:{key.team}", micro(team)),
             ScopeSpec(f"namespace:{key.namespace}", micro(ns)),
         )
-
-    def _windows(self, key: KeyRecord) -> tuple[tuple[WindowSpec, ...], tuple[WindowSpec, ...]]:
-        window = window_at(self._wall())
-        team = self._config.teams.get(key.team)
-        ns = self._config.namespaces.get(key.namespace)
-        limits = [(f"key:{key.key_id}", key.rpm, key.tpm)]
+        rates = [(f"key:{key.key_id}", key.rpm, key.tpm)]
         if team is not None:
-            limits.append((f"team:{key.team}", team.rpm, team.tpm))
+            rates.append((f"team:{key.team}", team.rpm, team.tpm))
         if ns is not None:
-            limits.append((f"namespace:{key.namespace}", ns.rpm, ns.tpm))
+            rates.append((f"namespace:{key.namespace}", ns.rpm, ns.tpm))
+        limited = tuple((s, r, t) for s, r, t in rates if r is not None or t is not None)
+        if len(self._key_limits) >= _KEY_LIMITS_MAX:
+            self._key_limits.clear()
+        found = self._key_limits[key] = _KeyLimits(scopes, limited)
+        return found
+
+    def _windows(self, limits: _KeyLimits) -> tuple[tuple[WindowSpec, ...], tuple[WindowSpec, ...]]:
+        if not limits.rates:
+            return (), ()
+        window = window_at(self._wall())
         rpm = tuple(
             WindowSpec(window.counter("rpm", s), f"rpm:{s}", r, window.resets_in_s)
-            for s, r, _ in limits
+            for s, r, _ in limits.rates
             if r is not None
         )
         tpm = tuple(
             WindowSpec(window.counter("tpm", s), f"tpm:{s}", t, window.resets_in_s)
-            for s, _, t in limits
+            for s, _, t in limits.rates
             if t is not None
         )
         return rpm, tpm
@@ -237,11 +260,12 @@ class Accounting:
             )
         else:
             plan = HoldPlan(prompt, 0, 0, rate)
-        rpm, tpm = self._windows(key)
+        limits = self._limits(key)
+        rpm, tpm = self._windows(limits)
         hold = Hold(
             reservation_id=os.urandom(16).hex(),  # a uuid4's randomness, cheaper
             plan=plan,
-            scopes=self._scopes(key),
+            scopes=limits.scopes,
             rpm=rpm,
             tpm=tpm,
             lease_until=self._wall() + self._config.defaults.lease_s,

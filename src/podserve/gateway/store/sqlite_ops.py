@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import dataclass
+from typing import Any
 
 from podserve.gateway.budget import Grant, Refusal, ScopeState, WindowState, grant
 from podserve.gateway.limits import WINDOW_S
@@ -237,26 +238,26 @@ def settle(tx: Tx, s: Settlement) -> bool:
     return True
 
 
-def from_row(row: tuple[object, ...]) -> Open:
-    (scopes, amount, tpm, tpm_tokens, prompt, max_tokens, lease, *labels) = row
-    key_id, team, namespace, model, request_id = (None if v is None else str(v) for v in labels)
+def from_row(row: Any) -> Open:
+    """A `reservations` row (the columns `settle` returns, typed by the schema)."""
+    scopes, amount, tpm, tpm_tokens, prompt, max_tokens, lease, *labels = row
     return Open(
-        names_of(str(scopes)),
-        int(str(amount)),
-        names_of(str(tpm)),
-        int(str(tpm_tokens)),
-        int(str(prompt)),
-        int(str(max_tokens)),
-        float(str(lease)),
-        Labels(key_id or "", team or "", namespace or "", model or "", request_id or ""),
+        names_of(scopes),
+        amount,
+        names_of(tpm),
+        tpm_tokens,
+        prompt,
+        max_tokens,
+        lease,
+        Labels(*labels),
     )
 
 
 def _open(hold: Hold, decision: Grant) -> Open:
     return Open(
-        tuple(s.name for s in hold.scopes),
+        tuple([s.name for s in hold.scopes]),
         decision.amount_micro,
-        tuple(w.counter for w in hold.tpm),
+        tuple([w.counter for w in hold.tpm]),
         decision.tpm_tokens,
         hold.plan.prompt_tokens,
         decision.max_tokens,
