@@ -104,3 +104,27 @@ async def test_team_and_namespace_limits_apply_to_their_keys(tmp_path: Path) -> 
         await accounting.admit(records[0], _bill(1))
     assert ns.value.reason == "rpm"
     await store.close()
+
+
+async def test_reservation_ids_are_unique_and_ordered_by_time(tmp_path: Path) -> None:
+    """Ordered ids append to the store's key indexes (Accounting._reservation_id); the
+    random half keeps two ids of the same microsecond apart."""
+    wall = [0.0]
+    store = SqliteStore(tmp_path / "gw.db")
+    config = load_gateway_config("defaults: {budgetWaitS: 0}\n")
+    accounting = Accounting(config, store, wall=lambda: wall[0])
+    _, digest = new_key()
+    key = KeyRecord(key_id_of(digest), digest, "t", "ns", (), None, None, None, None, False, 0.0)
+    oip = Billable("iris", Endpoint.V2, False, False, None, "", 1, (), 0)
+    ids = []
+    for now in (1_800_000_000.0, 1_800_000_000.0, 1_800_000_000.5, 1_800_000_060.0):
+        wall[0] = now
+        admission = await accounting.admit(key, oip)
+        ids.append(admission.reservation_id)
+        await accounting.settle(admission, Usage(0, 0), Outcome.OK, "pool")
+    assert len(set(ids)) == 4
+    assert ids[0][:16] == ids[1][:16]  # the same microsecond
+    assert sorted(ids[1:]) == ids[1:]
+    assert ids[0] < ids[2]
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    await store.close()

@@ -242,6 +242,19 @@ class Accounting:
         )
         return rpm, tpm
 
+    def _reservation_id(self) -> str:
+        """Time-ordered, like a UUIDv7: microseconds since the epoch, then 64 random bits.
+
+        The SQLite ledger and reservations tables are keyed by this id; random ids put
+        each insert on a random page of the key's B-tree, so a commit of 20 settlements
+        wrote about 20 index pages to the WAL, and ordered ones append to the last page:
+        17-20 instead of 22-26 µs of store CPU per OIP request, 33-35 instead of 37-40
+        per completion, at 20 requests a transaction (a reserve + settle loop on a fresh
+        file; the gateway under load commits about 20 a transaction). The random half
+        keeps ids unique across replicas, and a clock stepping back costs only locality.
+        """
+        return f"{int(self._wall() * 1_000_000):016x}{os.urandom(8).hex()}"
+
     async def admit(
         self, key: KeyRecord, bill: Billable, request_id: str = "", deadline: float | None = None
     ) -> Admission:
@@ -263,7 +276,7 @@ class Accounting:
         limits = self._limits(key)
         rpm, tpm = self._windows(limits)
         hold = Hold(
-            reservation_id=os.urandom(16).hex(),  # a uuid4's randomness, cheaper
+            reservation_id=self._reservation_id(),
             plan=plan,
             scopes=limits.scopes,
             rpm=rpm,
