@@ -56,6 +56,10 @@ class _PoolState:
     endpoints: tuple[str, ...]
     current: int = 0  # smooth weighted round-robin's running weight
     rotation: int = 0  # which pod goes first among equals
+    targets: dict[str, Target] = field(default_factory=dict)  # by endpoint, built once
+
+    def __post_init__(self) -> None:
+        self.targets = {e: Target(self.name, e, hosted=False) for e in self.endpoints}
 
 
 @dataclass(slots=True)
@@ -170,7 +174,7 @@ class Router:
         return best
 
     def _rank(self, pool: _PoolState, now_s: float, saturated_ok: bool = False) -> list[Target]:
-        eligible: list[tuple[str, float, float]] = []
+        eligible: list[tuple[str, float]] = []
         for ep in pool.endpoints:
             load = self._loads.get(ep)
             if load is None or not load.ready:
@@ -179,13 +183,15 @@ class Router:
                 continue
             if not self.breaker(ep).allows(now_s):
                 continue
-            eligible.append((ep, self.queue(ep), load.kv_usage))
+            eligible.append((ep, load.kv_usage))
         if not eligible:
             return []
-        queue_scores = _normalised([q for _, q, _ in eligible])
-        kv_scores = [min(1.0, max(0.0, kv)) for _, _, kv in eligible]
         pool.rotation += 1
         n = len(eligible)
+        if n == 1:  # nothing to rank (a pool of one pod, or one left): on every request
+            return [pool.targets[eligible[0][0]]]
+        queue_scores = _normalised([self.queue(ep) for ep, _ in eligible])
+        kv_scores = [min(1.0, max(0.0, kv)) for _, kv in eligible]
         # Lower is better; ties go to the next pod in rotation, not always the first.
         ranked = sorted(
             range(n),
@@ -194,7 +200,7 @@ class Router:
                 (i - pool.rotation) % n,
             ),
         )
-        return [Target(pool.name, eligible[i][0], hosted=False) for i in ranked]
+        return [pool.targets[eligible[i][0]] for i in ranked]
 
 
 def _normalised(values: list[float]) -> list[float]:
