@@ -22,6 +22,8 @@ and PostgreSQL 15 started on free ports. Every comparison is a ratio within this
    least-loaded routing vs round-robin.
 6. retries: a pool with a pod that sheds every request (503) beside a healthy one:
    attempts / requests; then Redis stopped: time to the 503 (fail closed).
+7. store (only when named): the SQLite store alone, CPU µs per reservation + settlement,
+   one or 20 requests a transaction, random or time-ordered reservation ids.
 
 Results: stdout and benchmarks/results/gateway-<timestamp>.json.
 """
@@ -606,6 +608,62 @@ def phase_overhead(
         p.stop()
 
 
+# --- store ----------------------------------------------------------------------------
+def phase_store(work: Path, requests: int = 20_000) -> dict[str, Any]:
+    """The SQLite store alone, in process: CPU µs per request (a reservation and its
+    settlement), `batch` requests to a transaction as group commit gives them under load
+    (the gateway at c=64 committed about 20 a transaction). OIP: a hold of 0 on a key
+    with no limits; completion: a priced hold (40 prompt + 4 output tokens). Ids random
+    (uuid4-like) or time-ordered (what `Accounting` issues)."""
+    from podserve.gateway.budget import HoldPlan, Usage
+    from podserve.gateway.money import FREE, Rate
+    from podserve.gateway.store.base import Hold, Labels, Outcome, ScopeSpec, Settlement
+    from podserve.gateway.store.sqlite import SqliteStore
+
+    rate = Rate(1000, 2000)
+    scopes = tuple(ScopeSpec(n, None) for n in ("key:k", "team:bench", "namespace:default"))
+    ids = {
+        "random": lambda: os.urandom(16).hex(),
+        "ordered": lambda: f"{time.time_ns() // 1000:016x}{os.urandom(8).hex()}",
+    }
+
+    async def run(kind: str, id_kind: str, batch: int, path: Path) -> float:
+        store = SqliteStore(path)
+        plan = HoldPlan(0, 0, 0, FREE) if kind == "oip" else HoldPlan(40, 4, 4, rate)
+        usage = Usage(0, 0) if kind == "oip" else Usage(40, 4)
+        cost = 0 if kind == "oip" else rate.cost_micro(40, 4)
+        labels = Labels("k", "bench", "default", kind, "rid")
+        started = time.process_time()
+        for _ in range(requests // batch):
+            holds = [
+                Hold(ids[id_kind](), plan, scopes, (), (), time.time() + 600, labels)
+                for _ in range(batch)
+            ]
+            await asyncio.gather(*(store.reserve(h) for h in holds))
+            await asyncio.gather(
+                *(
+                    store.settle(
+                        Settlement(h.reservation_id, usage, cost, "p", Outcome.OK, time.time())
+                    )
+                    for h in holds
+                )
+            )
+        spent = time.process_time() - started
+        await store.close()
+        return round(spent / requests * 1e6, 1)
+
+    result: dict[str, Any] = {"requests": requests, "unit": "CPU µs per request"}
+    for kind in ("oip", "completion"):
+        for batch in (1, 20):
+            for id_kind in ids:
+                runs = [
+                    asyncio.run(run(kind, id_kind, batch, work / f"store-{kind}-{id_kind}-{i}.db"))
+                    for i in range(3)
+                ]
+                result[f"{kind}_batch{batch}_{id_kind}"] = runs
+    return result
+
+
 # --- budget ---------------------------------------------------------------------------
 def _shared_config(redis_url: str, dsn: str, endpoints: list[str]) -> dict[str, Any]:
     return {
@@ -1148,6 +1206,8 @@ def main() -> int:
                 report[phase] = phase_overhead(work, args.seconds, args.profile)
             elif phase == "overhead-dedicated":
                 report[phase] = phase_overhead(work, args.seconds, dedicated=True)
+            elif phase == "store":
+                report[phase] = phase_store(work)
             elif phase == "budget":
                 report[phase] = phase_budget(work, args.budget_usd, args.budget_attempts)
             elif phase == "limits":
