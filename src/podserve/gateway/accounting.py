@@ -248,10 +248,10 @@ class Accounting:
         The SQLite ledger and reservations tables are keyed by this id; random ids put
         each insert on a random page of the key's B-tree, so a commit of 20 settlements
         wrote about 20 index pages to the WAL, and ordered ones append to the last page:
-        17-20 instead of 22-26 µs of store CPU per OIP request, 33-35 instead of 37-40
-        per completion, at 20 requests a transaction (a reserve + settle loop on a fresh
-        file; the gateway under load commits about 20 a transaction). The random half
-        keeps ids unique across replicas, and a clock stepping back costs only locality.
+        16 instead of 23 µs of store CPU per OIP request, 34 instead of 40 per completion,
+        at 20 requests a transaction (`benchmarks/gateway.py --phases store`; the gateway
+        under OIP load commits about 20 a transaction). The random half keeps ids unique
+        across replicas, and a clock stepping back costs only locality.
         """
         return f"{int(self._wall() * 1_000_000):016x}{os.urandom(8).hex()}"
 
