@@ -9,8 +9,9 @@ and written once when the transaction commits. What each write buys:
   `committed`. A hold of 0 (an OIP request, or any unpriced model) charges 0 at expiry and
   changes no counter, so its row would buy only an `expired` ledger row of 0 after a crash.
   It is kept in memory instead: settled (one ledger row, the same as before) or expired by
-  this process's lease sweep exactly as a row would be; only a crash loses it, and with it
-  that 0-cost `expired` row. Every request that completes still gets its ledger row.
+  this process's lease sweep exactly as a row would be; only a gateway that stops with it
+  open (a crash, or a shutdown that cuts its request) loses it, and with it that 0-cost
+  `expired` row. Every request that completes still gets its ledger row.
 - Scope counters (`committed`, `reserved`) are three hot rows per key. Each reservation
   and settlement used to update them with its own statement; under load one transaction
   carries several of each, so their changes are summed in `Tx` (reads add the pending
