@@ -26,17 +26,19 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import http.client
+import multiprocessing
 import os
 import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import orjson
+from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -216,34 +218,53 @@ class Streams:
         ]
 
 
+def _step(port: int, bodies: list[bytes], concurrency: int, requests: int) -> Any:
+    plan = BenchPlan(
+        target=Target("127.0.0.1", port),
+        workload=Streams(bodies),
+        levels=(float(concurrency),),
+        budget=Budget(duration_s=None, requests=requests, warmup_s=0.0, timeout_s=120),
+    )
+    return run_async(run_plan(plan)).summaries[0]
+
+
+def _running(port: int) -> float:
+    """The server's running sequences, from its Prometheus text."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+    finally:
+        conn.close()
+    for family in text_string_to_metric_families(text):
+        if family.name == "vllm:num_requests_running":
+            return sum(s.value for s in family.samples)
+    return 0.0
+
+
 def http_run(port: int, texts: list[str]) -> dict[str, float]:
-    target = Target("127.0.0.1", port)
-
-    def step(bodies: list[bytes], concurrency: int, requests: int) -> Any:
-        plan = BenchPlan(
-            target=target,
-            workload=Streams(bodies),
-            levels=(float(concurrency),),
-            budget=Budget(duration_s=None, requests=requests, warmup_s=0.0, timeout_s=120),
-        )
-        return run_async(run_plan(plan)).summaries[0]
-
-    step([completion_body(texts[0], 4)], 1, 2)  # warm-up
-    idle = step([completion_body(texts[1], 1)], 1, 5)
+    _step(port, [completion_body(texts[0], 4)], 1, 2)  # warm-up
+    idle = _step(port, [completion_body(texts[1], 1)], 1, 5)
     bodies = [completion_body(t, NEW_TOKENS) for t in texts]
     start = time.perf_counter()
-    many = step(bodies, PROMPTS, PROMPTS)
+    many = _step(port, bodies, PROMPTS, PROMPTS)
     elapsed = time.perf_counter() - start
     # Late requests: probes one at a time while 16 long streams decode (as llm.py does).
-    background = threading.Thread(
-        target=step, args=([completion_body(t, 256) for t in texts[:16]], 16, 16)
+    # The 16 streams' client runs in a process of its own: in this one, its event loop
+    # would share the GIL with the probes' and add its relaying to their TTFT.
+    background = multiprocessing.get_context("spawn").Process(
+        target=_step, args=(port, [completion_body(t, 256) for t in texts[:16]], 16, 16)
     )
     background.start()
-    time.sleep(0.5)  # the probes' arrival time: the 16 streams are decoding by then
+    deadline = time.monotonic() + 60
+    while _running(port) < 16:  # the probes arrive while all 16 decode
+        if time.monotonic() > deadline or not background.is_alive():
+            raise RuntimeError("the 16 background streams did not start")
+        time.sleep(0.02)  # polling the server's gauge, not synchronisation by time
     late_ms = []
     for _, arrival in ARRIVALS:  # one probe at a time, at spread arrival times
         time.sleep(arrival)
-        probe = step([completion_body(texts[2], 1)], 1, 1)
+        probe = _step(port, [completion_body(texts[2], 1)], 1, 1)
         if probe.ttft_ms:
             late_ms.append(probe.ttft_ms.p50)
     background.join()
