@@ -70,6 +70,20 @@ def test_keys_create_list_revoke(config: Path, capsys: pytest.CaptureFixture[str
     assert "nope" in err
 
 
+def test_a_key_with_a_monthly_budget(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    create = ("gateway", "keys", "create", "--config", str(config), "--budget-usd", "3")
+    assert _run(capsys, *create, "--budget-period", "monthly")[0] == 0
+    assert _run(capsys, *create)[0] == 0  # lifetime unless asked
+    code, out, _ = _run(
+        capsys, "gateway", "keys", "list", "--config", str(config), "--format", "json"
+    )
+    assert code == 0
+    assert sorted(row["budget_period"] for row in json.loads(out)) == ["lifetime", "monthly"]
+    code, out, _ = _run(capsys, "gateway", "keys", "list", "--config", str(config))
+    assert "monthly" in out
+    assert "lifetime" in out
+
+
 @pytest.mark.parametrize(
     ("flags", "needle"),
     [
@@ -77,6 +91,7 @@ def test_keys_create_list_revoke(config: Path, capsys: pytest.CaptureFixture[str
         (["--budget-usd", "-1"], "--budget-usd"),
         (["--rpm", "0"], "--rpm"),
         (["--models", "gpt-9"], "gpt-9"),
+        (["--budget-period", "yearly"], "--budget-period"),
     ],
 )
 def test_bad_key_flags_exit_2(

@@ -25,9 +25,7 @@ from podserve.generation.stream import RequestStream  # noqa: E402
 from podserve.scheduling import SchedulerConfig  # noqa: E402
 
 MODEL_DIR = Path(__file__).resolve().parents[2] / "examples" / "models" / "tiny-lm"
-LONG_PROMPT = (
-    "Return a list of the names of the files in the directory given by path, sorted"
-)
+LONG_PROMPT = "Return a list of the names of the files in the directory given by path, sorted"
 GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
 
 

@@ -39,6 +39,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     create.add_argument("--team", default="default", help="team the key belongs to")
     create.add_argument("--namespace", default="default", help="namespace it bills to")
     create.add_argument("--budget-usd", help="hard budget for this key, USD")
+    create.add_argument(
+        "--budget-period",
+        default="lifetime",
+        help="when the budget starts again: never (default), or every UTC day, ISO week or "
+        "calendar month",
+    )
     create.add_argument("--rpm", type=int, help="requests per minute")
     create.add_argument("--tpm", type=int, help="tokens per minute")
     create.add_argument("--models", help="comma-separated models it may use (default: all)")
@@ -130,6 +136,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _keys_create(args: argparse.Namespace) -> int:
     import time
 
+    from podserve.config.gateway_config import BudgetPeriod
     from podserve.gateway.keys import KeyRecord, key_id_of, new_key
     from podserve.gateway.money import usd_to_micro
 
@@ -146,6 +153,13 @@ def _keys_create(args: argparse.Namespace) -> int:
             print("podserve gateway keys: --budget-usd must be a number >= 0", file=sys.stderr)
             return 2
         budget_micro = usd_to_micro(budget)
+    periods = [p.value for p in BudgetPeriod]
+    if args.budget_period not in periods:
+        print(
+            f"podserve gateway keys: --budget-period must be one of {', '.join(periods)}",
+            file=sys.stderr,
+        )
+        return 2
     for flag in ("rpm", "tpm"):
         value = getattr(args, flag)
         if value is not None and value < 1:
@@ -171,6 +185,7 @@ def _keys_create(args: argparse.Namespace) -> int:
         expires_at=expires,
         revoked=False,
         created_at=now,
+        budget_period=BudgetPeriod(args.budget_period),
     )
 
     async def work(store: Store) -> int:
@@ -201,6 +216,7 @@ def _keys_list(args: argparse.Namespace) -> int:
                 "namespace": r.namespace,
                 "models": list(r.models),
                 "budget_usd": None if r.budget_micro is None else r.budget_micro / 1e6,
+                "budget_period": r.budget_period.value,
                 "rpm": r.rpm,
                 "tpm": r.tpm,
                 "expires_at": r.expires_at,
@@ -211,12 +227,13 @@ def _keys_list(args: argparse.Namespace) -> int:
         if args.format == "json":
             print(json.dumps(rows, indent=2))
             return 0
-        print(f"{'KEY ID':<14}{'TEAM':<16}{'NAMESPACE':<16}{'BUDGET USD':>12}  STATUS")
+        print(f"{'KEY ID':<14}{'TEAM':<16}{'NAMESPACE':<16}{'BUDGET USD':>12}  PERIOD    STATUS")
         for row in rows:
             budget = "-" if row["budget_usd"] is None else f"{row['budget_usd']:.6f}"
             status = "revoked" if row["revoked"] else "active"
             print(
-                f"{row['key_id']:<14}{row['team']:<16}{row['namespace']:<16}{budget:>12}  {status}"
+                f"{row['key_id']:<14}{row['team']:<16}{row['namespace']:<16}{budget:>12}  "
+                f"{row['budget_period']:<10}{status}"
             )
         return 0
 

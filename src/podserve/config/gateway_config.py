@@ -129,8 +129,23 @@ class Defaults(_Section):
     )
 
 
+class BudgetPeriod(StrEnum):
+    """When a budget starts again (gateway/periods.py): never, or every UTC day, ISO week
+    (Monday 00:00 UTC) or calendar month."""
+
+    LIFETIME = "lifetime"
+    DAILY = "daily"
+    WEEKLY = "weekly"
+    MONTHLY = "monthly"
+
+
 class ScopeLimits(_Section):
-    budget_usd: Decimal | None = Field(None, ge=0, description="Hard budget (lifetime), USD.")
+    budget_usd: Decimal | None = Field(None, ge=0, description="Hard budget, USD.")
+    budget_period: BudgetPeriod = Field(
+        BudgetPeriod.LIFETIME,
+        description="`lifetime` (default), or the budget starts again every UTC `daily`, "
+        "ISO `weekly` (Monday) or calendar `monthly` period.",
+    )
     rpm: int | None = Field(None, ge=1, description="Requests per minute.")
     tpm: int | None = Field(None, ge=1, description="Tokens (prompt + output) per minute.")
 

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from podserve.config.gateway_config import GatewayConfig, OnBudgetShort
 from podserve.gateway import tokens
-from podserve.gateway.budget import Grant, HoldPlan, Refusal, Usage, plan_hold
+from podserve.gateway.budget import Grant, HoldPlan, Refusal, RefusalReason, Usage, plan_hold
 from podserve.gateway.errors import (
     ModelForbidden,
     OverLimit,
@@ -25,15 +25,15 @@ from podserve.gateway.errors import (
     Unauthorized,
 )
 from podserve.gateway.failopen import LocalBudgets
+from podserve.gateway.key_limits import KeyLimits, key_limits
 from podserve.gateway.keys import KeyRecord, hash_key
 from podserve.gateway.limits import window_at
-from podserve.gateway.money import FREE, Rate, usd_to_micro
+from podserve.gateway.money import FREE, Rate
 from podserve.gateway.store.base import (
     Charge,
     Hold,
     Labels,
     Outcome,
-    ScopeSpec,
     Settlement,
     Store,
     StoreUnavailable,
@@ -48,12 +48,6 @@ log = logging.getLogger("podserve.gateway")
 
 _BYTES = tokens.ByteBound()
 _KEY_LIMITS_MAX = 4096
-
-
-@dataclass(frozen=True, slots=True)
-class _KeyLimits:
-    scopes: tuple[ScopeSpec, ...]  # key, team, namespace (limit None: unlimited)
-    rates: tuple[tuple[str, int | None, int | None], ...]  # (scope, rpm, tpm), limited only
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +85,7 @@ class Accounting:
         # Store calls that missed their deadline, and the releases of late reservations.
         self._background: set[asyncio.Future[Any]] = set()
         self._counters: dict[str, tokens.Counter] = {}
-        self._key_limits: dict[KeyRecord, _KeyLimits] = {}
+        self._key_limits: dict[KeyRecord, KeyLimits] = {}
         for model, price in config.prices.items():
             self._rates[model] = Rate.per_million_usd(*price.per_million_usd())
             if price.tokenizer is not None:
@@ -197,36 +191,17 @@ class Accounting:
             return tokens.chat_prompt_tokens(counter, bill.texts)
         return tokens.completion_prompt_tokens(counter, bill.texts) + bill.token_ids
 
-    def _limits(self, key: KeyRecord) -> _KeyLimits:
+    def _limits(self, key: KeyRecord) -> KeyLimits:
         """The key's budget scopes and rate limits: the same on each of its requests, so
         built once per key record (a changed record is another cache entry)."""
         found = self._key_limits.get(key)
-        if found is not None:
-            return found
-        team = self._config.teams.get(key.team)
-        ns = self._config.namespaces.get(key.namespace)
-
-        def micro(limits: object) -> int | None:
-            usd = getattr(limits, "budget_usd", None)
-            return None if usd is None else usd_to_micro(usd)
-
-        scopes = (
-            ScopeSpec(f"key:{key.key_id}", key.budget_micro),
-            ScopeSpec(f"team:{key.team}", micro(team)),
-            ScopeSpec(f"namespace:{key.namespace}", micro(ns)),
-        )
-        rates = [(f"key:{key.key_id}", key.rpm, key.tpm)]
-        if team is not None:
-            rates.append((f"team:{key.team}", team.rpm, team.tpm))
-        if ns is not None:
-            rates.append((f"namespace:{key.namespace}", ns.rpm, ns.tpm))
-        limited = tuple((s, r, t) for s, r, t in rates if r is not None or t is not None)
-        if len(self._key_limits) >= _KEY_LIMITS_MAX:
-            self._key_limits.clear()
-        found = self._key_limits[key] = _KeyLimits(scopes, limited)
+        if found is None:
+            if len(self._key_limits) >= _KEY_LIMITS_MAX:
+                self._key_limits.clear()
+            found = self._key_limits[key] = key_limits(key, self._config)
         return found
 
-    def _windows(self, limits: _KeyLimits) -> tuple[tuple[WindowSpec, ...], tuple[WindowSpec, ...]]:
+    def _windows(self, limits: KeyLimits) -> tuple[tuple[WindowSpec, ...], tuple[WindowSpec, ...]]:
         if not limits.rates:
             return (), ()
         window = window_at(self._wall())
@@ -278,7 +253,7 @@ class Accounting:
         hold = Hold(
             reservation_id=self._reservation_id(),
             plan=plan,
-            scopes=limits.scopes,
+            scopes=limits.scopes_at(self._wall()),
             rpm=rpm,
             tpm=tpm,
             lease_until=self._wall() + self._config.defaults.lease_s,
@@ -310,9 +285,13 @@ class Accounting:
                 async with asyncio.timeout(_BUDGET_POLL_S):
                     await settled.wait()
         if isinstance(decision, Refusal):
-            raise OverLimit(
-                _refusal_message(decision), decision.reason.value, decision.retry_after_s
-            )
+            retry_after_s = decision.retry_after_s
+            if decision.reason is RefusalReason.BUDGET and not decision.may_fit_later:
+                # spent: a periodic budget comes back when its period ends
+                refill = limits.refill_in_s(decision.scope, self._wall())
+                if refill is not None:
+                    retry_after_s = refill
+            raise OverLimit(_refusal_message(decision), decision.reason.value, retry_after_s)
         assert isinstance(decision, Grant)
         cap = decision.max_tokens // bill.choices if generates else None
         return Admission(hold.reservation_id, key, bill.model, rate, prompt, cap, local, request_id)

@@ -12,6 +12,8 @@ import hashlib
 import secrets
 from dataclasses import dataclass
 
+from podserve.config.gateway_config import BudgetPeriod
+
 KEY_PREFIX = "psk-"
 
 
@@ -28,6 +30,7 @@ class KeyRecord:
     expires_at: float | None  # wall-clock seconds
     revoked: bool
     created_at: float
+    budget_period: BudgetPeriod = BudgetPeriod.LIFETIME  # when `budget_micro` starts again
 
     def usable(self, wall_s: float) -> bool:
         return not self.revoked and (self.expires_at is None or wall_s < self.expires_at)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 import uuid
 from typing import Any
 
@@ -25,6 +26,7 @@ import psycopg
 import redis.asyncio as aioredis
 import redis.exceptions
 
+from podserve.config.gateway_config import BudgetPeriod
 from podserve.gateway.budget import Grant, Refusal, RefusalReason
 from podserve.gateway.keys import KeyRecord
 from podserve.gateway.limits import WINDOW_S
@@ -37,6 +39,7 @@ from podserve.gateway.store.base import (
     SpendRow,
     StoreUnavailable,
 )
+from podserve.gateway.store.committed import committed_query
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS gateway_keys (
@@ -44,6 +47,8 @@ CREATE TABLE IF NOT EXISTS gateway_keys (
   namespace TEXT NOT NULL, models TEXT[] NOT NULL, budget_micro BIGINT, rpm INTEGER,
   tpm INTEGER, expires_at DOUBLE PRECISION, revoked BOOLEAN NOT NULL DEFAULT FALSE,
   created_at DOUBLE PRECISION NOT NULL);
+ALTER TABLE gateway_keys ADD COLUMN IF NOT EXISTS budget_period TEXT NOT NULL
+  DEFAULT 'lifetime';
 CREATE TABLE IF NOT EXISTS gateway_ledger (
   reservation_id TEXT PRIMARY KEY, request_id TEXT, at DOUBLE PRECISION NOT NULL,
   key_id TEXT, team TEXT,
@@ -58,7 +63,7 @@ _GROUP_COLUMN = {
 }
 _KEY_COLUMNS = (
     "key_id, key_hash, team, namespace, models, budget_micro, rpm, tpm, expires_at, "
-    "revoked, created_at"
+    "revoked, created_at, budget_period"
 )
 _LEASES = "gw:leases"
 _LEDGER = "gw:ledger"
@@ -137,12 +142,7 @@ class RedisPostgresStore:
             if not await self._redis.set("gw:bootstrap", self._writer_id, nx=True, px=10_000):
                 raise _Rebuilding("another replica is rebuilding the budget counters")
             await self.drain_ledger()
-            rows = await self._sql(
-                "SELECT 'key:' || key_id, SUM(cost_micro) FROM gateway_ledger GROUP BY key_id "
-                "UNION ALL SELECT 'team:' || team, SUM(cost_micro) FROM gateway_ledger "
-                "GROUP BY team UNION ALL SELECT 'namespace:' || namespace, SUM(cost_micro) "
-                "FROM gateway_ledger GROUP BY namespace"
-            )
+            rows = await self._sql(*committed_query(time.time()))
             async with self._redis.pipeline(transaction=True) as pipe:
                 for scope, total in rows:
                     pipe.hset(f"gw:scope:{scope}", "c", int(total))
@@ -154,7 +154,7 @@ class RedisPostgresStore:
     # --- keys ------------------------------------------------------------------------
     async def create_key(self, record: KeyRecord) -> None:
         await self._sql(
-            f"INSERT INTO gateway_keys ({_KEY_COLUMNS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+            f"INSERT INTO gateway_keys ({_KEY_COLUMNS}) VALUES ({','.join(['%s'] * 12)})",
             (
                 record.key_id,
                 record.key_hash,
@@ -167,6 +167,7 @@ class RedisPostgresStore:
                 record.expires_at,
                 record.revoked,
                 record.created_at,
+                record.budget_period.value,
             ),
         )
 
@@ -377,7 +378,9 @@ def _ledger_row(row: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def _key(row: tuple[Any, ...]) -> KeyRecord:
-    key_id, key_hash, team, namespace, models, budget, rpm, tpm, expires, revoked, created = row
+    key_id, key_hash, team, namespace, models, budget, rpm, tpm, expires, revoked, created = row[
+        :11
+    ]
     return KeyRecord(
         key_id=key_id,
         key_hash=key_hash,
@@ -390,4 +393,5 @@ def _key(row: tuple[Any, ...]) -> KeyRecord:
         expires_at=expires,
         revoked=bool(revoked),
         created_at=float(created),
+        budget_period=BudgetPeriod(row[11]),
     )

@@ -37,6 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from podserve.config.gateway_config import BudgetPeriod
 from podserve.gateway.budget import Grant, Refusal, Usage
 from podserve.gateway.keys import KeyRecord
 from podserve.gateway.store.base import (
@@ -56,7 +57,8 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS keys (
   key_id TEXT PRIMARY KEY, key_hash TEXT UNIQUE NOT NULL, team TEXT NOT NULL,
   namespace TEXT NOT NULL, models TEXT NOT NULL, budget_micro INTEGER, rpm INTEGER,
-  tpm INTEGER, expires_at REAL, revoked INTEGER NOT NULL DEFAULT 0, created_at REAL NOT NULL);
+  tpm INTEGER, expires_at REAL, revoked INTEGER NOT NULL DEFAULT 0, created_at REAL NOT NULL,
+  budget_period TEXT NOT NULL DEFAULT 'lifetime');
 CREATE TABLE IF NOT EXISTS scopes (
   name TEXT PRIMARY KEY, committed INTEGER NOT NULL DEFAULT 0,
   reserved INTEGER NOT NULL DEFAULT 0);
@@ -99,6 +101,7 @@ class SqliteStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
+            _add_budget_period(self._db)
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"sqlite store {path}: {exc}") from exc
         self._batch: list[tuple[_Op, asyncio.Future[Any]]] = []
@@ -153,7 +156,7 @@ class SqliteStore:
     async def create_key(self, record: KeyRecord) -> None:
         with self._tx() as tx:
             tx.db.execute(
-                "INSERT INTO keys VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO keys VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     record.key_id,
                     record.key_hash,
@@ -166,6 +169,7 @@ class SqliteStore:
                     record.expires_at,
                     int(record.revoked),
                     record.created_at,
+                    record.budget_period.value,
                 ),
             )
 
@@ -254,8 +258,19 @@ class SqliteStore:
         self._db.close()
 
 
+def _add_budget_period(db: sqlite3.Connection) -> None:
+    """A file made before keys had a budget period gets the column (every key lifetime),
+    so an upgraded gateway opens the store it ran on."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(keys)")}
+    if "budget_period" not in columns:
+        db.execute("ALTER TABLE keys ADD COLUMN budget_period TEXT NOT NULL DEFAULT 'lifetime'")
+
+
 def _key(row: tuple[object, ...]) -> KeyRecord:
-    (key_id, key_hash, team, namespace, models, budget, rpm, tpm, expires, revoked, created) = row
+    key_id, key_hash, team, namespace, models, budget, rpm, tpm, expires, revoked, created = row[
+        :11
+    ]
+    period = row[11]
     return KeyRecord(
         key_id=str(key_id),
         key_hash=str(key_hash),
@@ -268,4 +283,5 @@ def _key(row: tuple[object, ...]) -> KeyRecord:
         expires_at=None if expires is None else float(str(expires)),
         revoked=bool(revoked),
         created_at=float(str(created)),
+        budget_period=BudgetPeriod(str(period)),
     )
