@@ -83,6 +83,14 @@ def redis_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def redis_cluster_url() -> Iterator[str]:
+    from tests.support.redis import redis_cluster_server
+
+    with redis_cluster_server() as server:
+        yield server.url
+
+
+@pytest.fixture(scope="session")
 def postgres_dsn() -> Iterator[str]:
     from tests.gateway.support import postgres_server
 

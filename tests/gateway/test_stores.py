@@ -31,21 +31,47 @@ from tests.gateway.conftest import reset_shared_store
 RATE = Rate.per_million_usd(*map(__import__("decimal").Decimal, ("1", "2")))  # 1000/2000 nano
 
 
-@pytest.fixture(params=["sqlite", "redis-postgres"])
+@pytest.fixture(params=["sqlite", "redis-postgres", "redis-cluster-postgres"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
     if request.param == "sqlite":
         found: Store = SqliteStore(tmp_path / "gw.db")
     else:
         from podserve.gateway.store.redis_postgres import RedisPostgresStore
 
-        redis_url = request.getfixturevalue("redis_url")
+        cluster = request.param == "redis-cluster-postgres"
+        redis_url = request.getfixturevalue("redis_cluster_url" if cluster else "redis_url")
         dsn = request.getfixturevalue("postgres_dsn")
         reset_shared_store(redis_url, dsn)
-        shared = RedisPostgresStore(redis_url, dsn, timeout_s=2.0)
+        shared = RedisPostgresStore(redis_url, dsn, timeout_s=2.0, cluster=cluster)
         await shared.setup()
         found = shared
     yield found
     await found.close()
+    if request.param == "redis-cluster-postgres":
+        _assert_one_slot(request.getfixturevalue("redis_cluster_url"))
+
+
+def _assert_one_slot(redis_url: str) -> None:
+    """Every key the store made shares the `{gw}` tag's slot: on a cluster of several
+    nodes a script touching any other key would be refused or run on the wrong node."""
+    import redis
+
+    with redis.Redis.from_url(redis_url) as r:
+        keys = [k.decode() for k in r.scan_iter(count=1000)]
+        slots = {r.execute_command("CLUSTER", "KEYSLOT", k) for k in keys}
+    assert keys, "the test left no key in Redis"
+    assert slots == {r_slot_of_tag()}, sorted(keys)
+
+
+def r_slot_of_tag() -> int:
+    """CRC16 (XMODEM) of "gw" mod 16384: the slot of every `{gw}:` key (cluster spec)."""
+    crc = 0
+    for byte in b"gw":
+        crc ^= byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+            crc &= 0xFFFF
+    return crc % 16384
 
 
 def _hold(

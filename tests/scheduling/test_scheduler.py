@@ -293,7 +293,8 @@ def test_finish_in_step_ends_a_request_before_the_update_and_frees_its_kv() -> N
         "eos", RequestStatus.FINISHED_STOPPED, 1
     )
     assert sched.kv_used_tokens == 2  # only "more" still holds KV
-    assert sched.get("one") is None and sched.num_running == 1
+    assert sched.get("one") is None
+    assert sched.num_running == 1
     with pytest.raises(ValueError, match="not in the step in flight"):
         sched.finish_in_step("one", stopped=False)  # a second time
     # the update carries only the request that goes on; the ended ones are not expected

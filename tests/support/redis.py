@@ -124,3 +124,29 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def redis_cluster_server(timeout_s: float = 20.0) -> Iterator[RedisServer]:
+    """A one-node Redis Cluster: redis-server in cluster mode holding all 16,384 slots
+    (`CLUSTER ADDSLOTSRANGE`, Redis 7.0+). One node is enough to prove cluster-mode
+    behaviour that does not depend on where slots live: scripts whose declared keys span
+    slots are refused (by redis-py's cluster client before they are sent, and by the
+    server), and a cluster client's MOVED/ASK handling has a real cluster to talk to."""
+    # The cluster bus listens on `cluster-port`, by default the port + 10000, which for a
+    # free port above 55535 does not exist: give it a free port of its own.
+    args = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+    with redis_server(args=(*args, "--cluster-port", str(free_port()))) as server:
+        client = redis.Redis(host="127.0.0.1", port=server.port, socket_timeout=2)
+        try:
+            # redis-py types no CLUSTER method on its standalone client, nor execute_command
+            client.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)  # type: ignore[no-untyped-call]
+
+            def healthy() -> bool:
+                info = client.execute_command("CLUSTER", "INFO")  # type: ignore[no-untyped-call]
+                return "cluster_state:ok" in (info.decode() if isinstance(info, bytes) else info)
+
+            wait_until(healthy, timeout_s=timeout_s, what="the one-node cluster to be ok")
+        finally:
+            client.close()
+        yield server

@@ -79,3 +79,26 @@ def test_no_redis_server_skips_with_the_reason(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(pytest.skip.Exception, match=re.escape(NOT_INSTALLED)), redis_server():
         pass
+
+
+def test_a_one_node_cluster_serves_every_slot_and_refuses_cross_slot_scripts() -> None:
+    import asyncio
+
+    from redis.asyncio.cluster import RedisCluster
+    from redis.exceptions import RedisClusterException
+
+    from tests.support.redis import redis_cluster_server
+
+    async def check(url: str) -> None:
+        client = RedisCluster.from_url(url)
+        try:
+            script = client.register_script("return redis.call('SET', KEYS[1], ARGV[1])")
+            assert await script(keys=["{t}:a"], args=["1"]) == b"OK"
+            both = client.register_script("redis.call('SET', KEYS[1], 1); return 1")
+            with pytest.raises(RedisClusterException, match="same key slot"):
+                await both(keys=["a", "b"], args=[])  # "a" and "b" hash to two slots
+        finally:
+            await client.aclose()
+
+    with redis_cluster_server() as server:
+        asyncio.run(check(server.url))

@@ -37,6 +37,12 @@ class RedisPostgresStore(_Section):
     postgres: str | None = Field(None, description="PostgreSQL DSN for keys and the ledger.")
     redis_env: str | None = Field(None, description="Env var holding the Redis URL instead.")
     postgres_env: str | None = Field(None, description="Env var holding the DSN instead.")
+    redis_cluster: bool = Field(
+        False,
+        description="The Redis URL is a Redis Cluster (e.g. a managed cluster-mode Redis): "
+        "every gateway key then carries the `{gw}` hash tag, so each script's keys share one "
+        "slot.",
+    )
 
     @model_validator(mode="after")
     def _one_source_each(self) -> RedisPostgresStore:

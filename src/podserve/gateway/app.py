@@ -392,7 +392,8 @@ def open_store(config: GatewayConfig, env: Mapping[str, str]) -> Store:
         dsn = store.postgres if store.postgres is not None else env.get(store.postgres_env or "")
         if not redis_url or not dsn:
             raise InvalidRequest("store: the Redis URL or PostgreSQL DSN env var is not set")
-        return Shared(redis_url, dsn, max(0.5, timeout_s))  # see RedisPostgresStore
+        # socket timeouts of at least 0.5 s: see RedisPostgresStore
+        return Shared(redis_url, dsn, max(0.5, timeout_s), cluster=store.redis_cluster)
     from podserve.gateway.store.sqlite import SqliteStore
 
     return SqliteStore(store.path)

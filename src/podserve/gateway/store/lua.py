@@ -5,11 +5,13 @@ tests run both stores through the same end-to-end cases to keep them in step.
 
 Lua numbers are doubles: integers stay exact below 2^53, and the largest value here is a
 budget in nano-dollars (1e15 for a USD 1M budget). Scope and window keys of a reservation
-are read back from its hash, which a standalone Redis allows (not Redis Cluster).
+are read back from its hash: Redis Cluster allows that only because every key of the
+gateway carries one hash tag there (`{gw}:`, one slot; redis_postgres.py).
 
-Keys: `gw:scope:<scope>` hash {c: committed, r: reserved}; `gw:win:<counter>` integer;
-`gw:res:<id>` hash; `gw:leases` sorted set by lease end; `gw:ledger` list of JSON rows
-drained into PostgreSQL by one writer.
+Keys (`gw:` prefix; `{gw}:` on Redis Cluster): `scope:<scope>` hash {c: committed, r:
+reserved}; `win:<counter>` integer; `res:<id>` hash; `leases` sorted set by lease end;
+`ledger` list of JSON rows drained into PostgreSQL by one writer; `init` set once the
+committed counters are there.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from __future__ import annotations
 # ARGV: ns nr nt | prompt maxn minn in_nano out_nano | scope limits (ns; "" = none) |
 #       rpm limits (nr) | tpm limits (nt) | res_id lease_until window_ttl labels_json
 #       | scope names (ns) | tpm counters (nt)
-# KEYS: scope hashes (ns) | rpm counters (nr) | tpm counters (nt) | res hash | leases
+# KEYS: scope hashes (ns) | rpm counters (nr) | tpm counters (nt) | res hash | leases | init
 RESERVE = """
-if redis.call('EXISTS', 'gw:init') == 0 then return {'init', 0, 0} end
+if redis.call('EXISTS', KEYS[#KEYS]) == 0 then return {'init', 0, 0} end
 local ns, nr, nt = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local prompt, maxn, minn = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local inn, outn = tonumber(ARGV[7]), tonumber(ARGV[8])

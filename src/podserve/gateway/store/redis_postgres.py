@@ -4,13 +4,22 @@ PostgreSQL holds what must last (keys, the spend ledger).
 
 The ledger is append-only and written by one writer at a time: settlements push their row
 onto a Redis list inside the same script that moves the money, and whichever replica holds
-the `gw:ledger:writer` lock drains it in batches with `INSERT … ON CONFLICT DO NOTHING`.
+the `gw:ledger:writer` lock (`{gw}:ledger:writer` on Redis Cluster) drains it in batches
+with `INSERT … ON CONFLICT DO NOTHING`.
 No replica ever updates a shared row in PostgreSQL, so there is no hot row to deadlock on
 (LiteLLM's per-request spend UPDATEs deadlock at 10+ replicas), and a crash between the
 insert and the trim only replays rows the conflict clause ignores.
 
 Redis is the authority for budgets; when it starts empty, the committed counters are
 rebuilt from the ledger before the first reservation (`_bootstrap`).
+
+Redis Cluster (`redisCluster: true`): a script may touch only keys of one hash slot
+(redis.io/docs/latest/operate/oss_and_stack/reference/cluster-spec, "Hash tags"), and a
+reservation touches its key's, team's and namespace's counters, its windows and the
+lease set. Every key then starts with the hash tag `{gw}`, so all of them share one
+slot: the gateway's state lives on one shard (a few keys per request; one shard serves
+far more than the replicas send). Standalone Redis keeps the plain `gw:` names, so an
+existing deployment's counters stay where they are.
 """
 
 from __future__ import annotations
@@ -25,8 +34,10 @@ from typing import Any
 import psycopg
 import redis.asyncio as aioredis
 import redis.exceptions
+from redis.asyncio.cluster import RedisCluster
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
-from podserve.config.gateway_config import BudgetPeriod
 from podserve.gateway.budget import Grant, Refusal, RefusalReason
 from podserve.gateway.keys import KeyRecord
 from podserve.gateway.limits import WINDOW_S
@@ -39,36 +50,20 @@ from podserve.gateway.store.base import (
     SpendRow,
     StoreUnavailable,
 )
-from podserve.gateway.store.committed import committed_query
+from podserve.gateway.store.postgres_sql import (
+    KEY_COLUMNS,
+    SCHEMA,
+    committed_query,
+    key_record,
+    ledger_row,
+)
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS gateway_keys (
-  key_id TEXT PRIMARY KEY, key_hash TEXT UNIQUE NOT NULL, team TEXT NOT NULL,
-  namespace TEXT NOT NULL, models TEXT[] NOT NULL, budget_micro BIGINT, rpm INTEGER,
-  tpm INTEGER, expires_at DOUBLE PRECISION, revoked BOOLEAN NOT NULL DEFAULT FALSE,
-  created_at DOUBLE PRECISION NOT NULL);
-ALTER TABLE gateway_keys ADD COLUMN IF NOT EXISTS budget_period TEXT NOT NULL
-  DEFAULT 'lifetime';
-CREATE TABLE IF NOT EXISTS gateway_ledger (
-  reservation_id TEXT PRIMARY KEY, request_id TEXT, at DOUBLE PRECISION NOT NULL,
-  key_id TEXT, team TEXT,
-  namespace TEXT, model TEXT, upstream TEXT, prompt_tokens BIGINT NOT NULL,
-  completion_tokens BIGINT NOT NULL, cost_micro BIGINT NOT NULL, status TEXT NOT NULL);
-"""
 _GROUP_COLUMN = {
     Dimension.KEY: "key_id",
     Dimension.TEAM: "team",
     Dimension.NAMESPACE: "namespace",
     Dimension.MODEL: "model",
 }
-_KEY_COLUMNS = (
-    "key_id, key_hash, team, namespace, models, budget_micro, rpm, tpm, expires_at, "
-    "revoked, created_at, budget_period"
-)
-_LEASES = "gw:leases"
-_LEDGER = "gw:ledger"
-_WRITER_LOCK = "gw:ledger:writer"
-_INIT = "gw:init"
 _BATCH = 500
 _REDIS_ERRORS = (redis.exceptions.RedisError, OSError)
 
@@ -78,18 +73,37 @@ class _Rebuilding(StoreUnavailable):
 
 
 class RedisPostgresStore:
-    def __init__(self, redis_url: str, postgres_dsn: str, timeout_s: float = 0.05) -> None:
+    def __init__(
+        self, redis_url: str, postgres_dsn: str, timeout_s: float = 0.05, *, cluster: bool = False
+    ) -> None:
         # Socket timeouts end a call to a store that stopped answering (the client's
         # default is none). The request itself is refused at its own deadline by the
         # caller (accounting._call), so these need not be as short: open_store gives them
         # at least 0.5 s, so a loaded but live Redis is not disconnected on every slow
         # reply, nor the gateway's startup failed by one.
-        self._redis = aioredis.Redis.from_url(
-            redis_url,
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-            retry_on_timeout=False,
-        )
+        self._redis: aioredis.Redis | RedisCluster
+        if cluster:
+            # No retries at all: a script retried after a timeout may have run already, and
+            # a second reserve of the same id would add its hold twice (the settlement takes
+            # it back once). MOVED/ASK redirects are followed apart from this.
+            self._redis = RedisCluster.from_url(
+                redis_url,
+                socket_timeout=timeout_s,
+                socket_connect_timeout=timeout_s,
+                retry=Retry(NoBackoff(), 0),
+            )
+        else:
+            self._redis = aioredis.Redis.from_url(
+                redis_url,
+                socket_timeout=timeout_s,
+                socket_connect_timeout=timeout_s,
+                retry_on_timeout=False,
+            )
+        self._k = "{gw}:" if cluster else "gw:"  # see the module docstring
+        self._leases = self._k + "leases"
+        self._ledger = self._k + "ledger"
+        self._writer_lock = self._k + "ledger:writer"
+        self._init = self._k + "init"
         self._dsn = postgres_dsn
         self._pg: psycopg.AsyncConnection[Any] | None = None
         self._pg_lock = asyncio.Lock()
@@ -123,7 +137,7 @@ class RedisPostgresStore:
     async def setup(self, wait_s: float = 15.0) -> None:
         """Create the tables, and rebuild Redis's committed counters if Redis is empty
         (or wait for the replica that is doing it)."""
-        await self._sql(_SCHEMA)
+        await self._sql(SCHEMA)
         deadline = asyncio.get_running_loop().time() + wait_s
         while True:
             try:
@@ -136,17 +150,18 @@ class RedisPostgresStore:
 
     async def _bootstrap(self) -> None:
         try:
-            if await self._redis.exists(_INIT):
+            if await self._redis.exists(self._init):
                 return
             # One replica rebuilds; the others fail closed until it is done.
-            if not await self._redis.set("gw:bootstrap", self._writer_id, nx=True, px=10_000):
+            lock = self._k + "bootstrap"
+            if not await self._redis.set(lock, self._writer_id, nx=True, px=10_000):
                 raise _Rebuilding("another replica is rebuilding the budget counters")
             await self.drain_ledger()
             rows = await self._sql(*committed_query(time.time()))
             async with self._redis.pipeline(transaction=True) as pipe:
                 for scope, total in rows:
-                    pipe.hset(f"gw:scope:{scope}", "c", int(total))
-                pipe.setnx(_INIT, "1")
+                    pipe.hset(f"{self._k}scope:{scope}", "c", int(total))
+                pipe.setnx(self._init, "1")
                 await pipe.execute()
         except _REDIS_ERRORS as exc:
             raise StoreUnavailable(f"redis: {exc}") from exc
@@ -154,7 +169,7 @@ class RedisPostgresStore:
     # --- keys ------------------------------------------------------------------------
     async def create_key(self, record: KeyRecord) -> None:
         await self._sql(
-            f"INSERT INTO gateway_keys ({_KEY_COLUMNS}) VALUES ({','.join(['%s'] * 12)})",
+            f"INSERT INTO gateway_keys ({KEY_COLUMNS}) VALUES ({','.join(['%s'] * 12)})",
             (
                 record.key_id,
                 record.key_hash,
@@ -173,15 +188,15 @@ class RedisPostgresStore:
 
     async def find_key(self, key_hash: str) -> KeyRecord | None:
         rows = await self._sql(
-            f"SELECT {_KEY_COLUMNS} FROM gateway_keys WHERE key_hash = %s", (key_hash,)
+            f"SELECT {KEY_COLUMNS} FROM gateway_keys WHERE key_hash = %s", (key_hash,)
         )
-        return _key(rows[0]) if rows else None
+        return key_record(rows[0]) if rows else None
 
     async def list_keys(self) -> list[KeyRecord]:
         rows = await self._sql(
-            f"SELECT {_KEY_COLUMNS} FROM gateway_keys ORDER BY created_at, key_id"
+            f"SELECT {KEY_COLUMNS} FROM gateway_keys ORDER BY created_at, key_id"
         )
-        return [_key(r) for r in rows]
+        return [key_record(r) for r in rows]
 
     async def revoke_key(self, key_id: str) -> bool:
         rows = await self._sql(
@@ -201,10 +216,10 @@ class RedisPostgresStore:
     async def _reserve_once(self, hold: Hold) -> list[Any]:
         plan = hold.plan
         keys = (
-            [f"gw:scope:{s.name}" for s in hold.scopes]
-            + [f"gw:win:{w.counter}" for w in hold.rpm]
-            + [f"gw:win:{w.counter}" for w in hold.tpm]
-            + [f"gw:res:{hold.reservation_id}", _LEASES]
+            [f"{self._k}scope:{s.name}" for s in hold.scopes]
+            + [f"{self._k}win:{w.counter}" for w in hold.rpm]
+            + [f"{self._k}win:{w.counter}" for w in hold.tpm]
+            + [f"{self._k}res:{hold.reservation_id}", self._leases, self._init]
         )
         labels = json.dumps(
             {
@@ -260,7 +275,7 @@ class RedisPostgresStore:
         s = settlement
         try:
             done = await self._settle(
-                keys=[f"gw:res:{s.reservation_id}", _LEASES, _LEDGER],
+                keys=[f"{self._k}res:{s.reservation_id}", self._leases, self._ledger],
                 args=[
                     s.reservation_id,
                     s.cost_micro,
@@ -278,7 +293,8 @@ class RedisPostgresStore:
     async def expire_leases(self, now_wall_s: float) -> int:
         try:
             count = await self._expire(
-                keys=["gw:unused", _LEASES, _LEDGER], args=[repr(now_wall_s), "gw:res:", 1000]
+                keys=[self._k + "unused", self._leases, self._ledger],
+                args=[repr(now_wall_s), self._k + "res:", 1000],
             )
         except _REDIS_ERRORS as exc:
             raise StoreUnavailable(f"redis: {exc}") from exc
@@ -304,8 +320,8 @@ class RedisPostgresStore:
         )
         try:
             await self._charge(
-                keys=[f"gw:charged:{s.reservation_id}", _LEDGER],
-                args=[s.cost_micro, row, *[f"gw:scope:{name}" for name in charge.scopes]],
+                keys=[f"{self._k}charged:{s.reservation_id}", self._ledger],
+                args=[s.cost_micro, row, *[f"{self._k}scope:{name}" for name in charge.scopes]],
             )
         except _REDIS_ERRORS as exc:
             raise StoreUnavailable(f"redis: {exc}") from exc
@@ -315,15 +331,16 @@ class RedisPostgresStore:
         """Move queued ledger rows into PostgreSQL if this replica holds the writer lock."""
         moved = 0
         try:
-            got = await self._redis.set(_WRITER_LOCK, self._writer_id, nx=True, px=5000)
-            if not got and (await self._redis.get(_WRITER_LOCK)) != self._writer_id.encode():
+            got = await self._redis.set(self._writer_lock, self._writer_id, nx=True, px=5000)
+            held = await self._redis.get(self._writer_lock)
+            if not got and held != self._writer_id.encode():
                 return 0
-            await self._redis.pexpire(_WRITER_LOCK, 5000)
+            await self._redis.pexpire(self._writer_lock, 5000)
             while True:
-                raw = await self._redis.lrange(_LEDGER, 0, _BATCH - 1)
+                raw = await self._redis.lrange(self._ledger, 0, _BATCH - 1)
                 if not raw:
                     return moved
-                rows = [_ledger_row(json.loads(r)) for r in raw]
+                rows = [ledger_row(json.loads(r)) for r in raw]
                 async with self._pg_lock:
                     conn = await self._conn()
                     try:
@@ -337,7 +354,7 @@ class RedisPostgresStore:
                     except psycopg.OperationalError as exc:
                         await conn.close()
                         raise StoreUnavailable(f"postgres: {exc}") from exc
-                await self._redis.ltrim(_LEDGER, len(raw), -1)
+                await self._redis.ltrim(self._ledger, len(raw), -1)
                 moved += len(raw)
         except _REDIS_ERRORS as exc:
             raise StoreUnavailable(f"redis: {exc}") from exc
@@ -358,40 +375,3 @@ class RedisPostgresStore:
         await self._redis.aclose()
         if self._pg is not None:
             await self._pg.close()
-
-
-def _ledger_row(row: dict[str, Any]) -> tuple[Any, ...]:
-    return (
-        str(row["reservation_id"]),
-        row.get("request_id"),
-        float(row["at"]),
-        row.get("key_id"),
-        row.get("team"),
-        row.get("namespace"),
-        row.get("model"),
-        row.get("upstream"),
-        int(row["prompt_tokens"]),
-        int(row["completion_tokens"]),
-        int(row["cost_micro"]),
-        str(row["status"]),
-    )
-
-
-def _key(row: tuple[Any, ...]) -> KeyRecord:
-    key_id, key_hash, team, namespace, models, budget, rpm, tpm, expires, revoked, created = row[
-        :11
-    ]
-    return KeyRecord(
-        key_id=key_id,
-        key_hash=key_hash,
-        team=team,
-        namespace=namespace,
-        models=tuple(models),
-        budget_micro=budget,
-        rpm=rpm,
-        tpm=tpm,
-        expires_at=expires,
-        revoked=bool(revoked),
-        created_at=float(created),
-        budget_period=BudgetPeriod(row[11]),
-    )

@@ -1,0 +1,95 @@
+"""The PostgreSQL half of the shared store, as SQL and row shapes: the tables (keys and
+the append-only ledger), how their rows become records, and the query that rebuilds
+Redis's committed counters from the ledger (an empty Redis: restarted or flushed), named
+as the live counters name their scopes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from podserve.config.gateway_config import BudgetPeriod
+from podserve.gateway.keys import KeyRecord
+from podserve.gateway.periods import PERIODIC, span_at
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS gateway_keys (
+  key_id TEXT PRIMARY KEY, key_hash TEXT UNIQUE NOT NULL, team TEXT NOT NULL,
+  namespace TEXT NOT NULL, models TEXT[] NOT NULL, budget_micro BIGINT, rpm INTEGER,
+  tpm INTEGER, expires_at DOUBLE PRECISION, revoked BOOLEAN NOT NULL DEFAULT FALSE,
+  created_at DOUBLE PRECISION NOT NULL);
+ALTER TABLE gateway_keys ADD COLUMN IF NOT EXISTS budget_period TEXT NOT NULL
+  DEFAULT 'lifetime';
+CREATE TABLE IF NOT EXISTS gateway_ledger (
+  reservation_id TEXT PRIMARY KEY, request_id TEXT, at DOUBLE PRECISION NOT NULL,
+  key_id TEXT, team TEXT,
+  namespace TEXT, model TEXT, upstream TEXT, prompt_tokens BIGINT NOT NULL,
+  completion_tokens BIGINT NOT NULL, cost_micro BIGINT NOT NULL, status TEXT NOT NULL);
+"""
+KEY_COLUMNS = (
+    "key_id, key_hash, team, namespace, models, budget_micro, rpm, tpm, expires_at, "
+    "revoked, created_at, budget_period"
+)
+
+
+def ledger_row(row: dict[str, Any]) -> tuple[Any, ...]:
+    return (
+        str(row["reservation_id"]),
+        row.get("request_id"),
+        float(row["at"]),
+        row.get("key_id"),
+        row.get("team"),
+        row.get("namespace"),
+        row.get("model"),
+        row.get("upstream"),
+        int(row["prompt_tokens"]),
+        int(row["completion_tokens"]),
+        int(row["cost_micro"]),
+        str(row["status"]),
+    )
+
+
+def key_record(row: tuple[Any, ...]) -> KeyRecord:
+    key_id, key_hash, team, namespace, models, budget, rpm, tpm, expires, revoked, created = row[
+        :11
+    ]
+    return KeyRecord(
+        key_id=key_id,
+        key_hash=key_hash,
+        team=team,
+        namespace=namespace,
+        models=tuple(models),
+        budget_micro=budget,
+        rpm=rpm,
+        tpm=tpm,
+        expires_at=expires,
+        revoked=bool(revoked),
+        created_at=float(created),
+        budget_period=BudgetPeriod(row[11]),
+    )
+
+
+def committed_query(now_wall_s: float) -> tuple[str, tuple[Any, ...]]:
+    """Every scope's committed spend from the ledger, as the live counters name it: the
+    lifetime scope (`key:<id>`) and, for each budget period, the current one
+    (`key:<id>@2026-12`, from the rows settled since it began; gateway/periods.py). Which
+    keys, teams and namespaces have periodic budgets is not the store's to know, so every
+    scope gets all four; the unused ones are never read. A request reserved just before a
+    boundary and settled after it counts in the new period here, where the live counters
+    had it in the old one: only after a rebuild, and never in the lifetime total."""
+    parts: list[str] = []
+    params: list[Any] = []
+    for column, prefix in (("key_id", "key:"), ("team", "team:"), ("namespace", "namespace:")):
+        parts.append(
+            f"SELECT %s || {column}, SUM(cost_micro) FROM gateway_ledger GROUP BY {column}"
+        )
+        params.append(prefix)
+        for period in PERIODIC:
+            span = span_at(period, now_wall_s)
+            if span is None:  # not a periodic budget
+                continue
+            parts.append(
+                f"SELECT %s || {column} || %s, SUM(cost_micro) FROM gateway_ledger "
+                f"WHERE at >= %s GROUP BY {column}"
+            )
+            params += [prefix, f"@{span.label}", span.start_s]
+    return " UNION ALL ".join(parts), tuple(params)
