@@ -602,6 +602,9 @@ def phase_overhead(
                 )
         with pinning.pinned(layout):
             result["stream_ttft"] = stream_ttft(p.url, gw.url, key, pids)
+            # one stream at a time: the hop itself, without the pod's step alignment that
+            # moves concurrent streams' first tokens by a decode step either way
+            result["stream_ttft_c1"] = stream_ttft(p.url, gw.url, key, pids, clients=1, rounds=40)
         return result
     finally:
         gw.stop()
