@@ -115,6 +115,37 @@ def test_bad_config_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert "missing.yaml" in err
 
 
+def test_spend_for_the_current_period(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import asyncio
+    import time
+
+    from podserve.gateway.budget import Usage
+    from podserve.gateway.store.base import Charge, Labels, Outcome, Settlement
+    from podserve.gateway.store.sqlite import SqliteStore
+
+    async def record() -> None:  # one request settled two days ago, one now
+        store = SqliteStore(config.parent / "gw.db")
+        now = time.time()
+        for rid, at, cost in (("old", now - 2 * 86_400, 7), ("new", now, 5)):
+            settled = Settlement(rid, Usage(1, 1), cost, "pool", Outcome.OK, at)
+            await store.charge(Charge(settled, ("team:a",), Labels("k", "a", "ns", "tiny-lm")))
+        await store.close()
+
+    asyncio.run(record())
+    spend = ("gateway", "spend", "--config", str(config), "--by", "team", "--format", "json")
+    code, out, _ = _run(capsys, *spend)
+    assert code == 0
+    assert [(r["team"], r["requests"]) for r in json.loads(out)] == [("a", 2)]
+    code, out, _ = _run(capsys, *spend, "--period", "daily")
+    assert code == 0
+    assert [(r["team"], r["requests"], r["spend_usd"]) for r in json.loads(out)] == [
+        ("a", 1, 0.000005)
+    ]
+    code, _, err = _run(capsys, *spend, "--period", "hourly")
+    assert code == 2
+    assert "--period" in err
+
+
 def test_spend_on_an_empty_ledger(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(
         capsys, "gateway", "spend", "--config", str(config), "--by", "model", "--format", "json"

@@ -7,6 +7,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -178,6 +179,21 @@ async def test_expired_lease_is_charged_in_full(store: Store) -> None:
     assert not await store.settle(_settle(hold, 10, 5))  # too late: already charged
     rows = await store.spend(Dimension.MODEL)
     assert [(r.group, r.cost_micro, r.completion_tokens) for r in rows] == [("tiny-lm", 210, 100)]
+
+
+async def test_spend_since_a_time_counts_only_the_later_settlements(store: Store) -> None:
+    old, new = _hold(10, 100, limit_micro=None), _hold(10, 5, limit_micro=None)
+    for hold in (old, new):
+        assert isinstance(await store.reserve(hold), Grant)
+    then = time.time()
+    settled_old = _settle(old, 10, 100)
+    assert await store.settle(replace(settled_old, at=then - 86_400))  # yesterday
+    assert await store.settle(replace(_settle(new, 10, 5), at=then))
+    everything = await store.spend(Dimension.MODEL)
+    assert [(r.group, r.cost_micro, r.requests) for r in everything] == [("tiny-lm", 230, 2)]
+    today = await store.spend(Dimension.MODEL, then - 3600)
+    assert [(r.group, r.cost_micro, r.requests) for r in today] == [("tiny-lm", 20, 1)]
+    assert await store.spend(Dimension.MODEL, then + 1) == []
 
 
 async def test_rpm_and_tpm_windows(store: Store) -> None:

@@ -63,6 +63,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _config_arg(spend)
     spend.add_argument("--by", choices=["key", "team", "namespace", "model"], required=True)
     spend.add_argument("--format", choices=["text", "json"], default="text")
+    spend.add_argument(
+        "--period",
+        default="lifetime",
+        help="only the current UTC period's spend: daily, weekly (ISO) or monthly, as "
+        "periodic budgets count it (default lifetime: the whole ledger)",
+    )
     spend.set_defaults(run=_spend)
 
 
@@ -257,17 +263,27 @@ def _keys_revoke(args: argparse.Namespace) -> int:
 
 def _spend(args: argparse.Namespace) -> int:
     import json
+    import time
 
+    from podserve.config.gateway_config import BudgetPeriod
     from podserve.gateway.money import micro_to_usd
+    from podserve.gateway.periods import span_at
     from podserve.gateway.store.base import Dimension
 
     config = _load(args)
     if config is None:
         return 2
     by = Dimension(args.by)
+    periods = [p.value for p in BudgetPeriod]
+    if args.period not in periods:
+        print(
+            f"podserve gateway spend: --period must be one of {', '.join(periods)}", file=sys.stderr
+        )
+        return 2
+    span = span_at(BudgetPeriod(args.period), time.time())
 
     async def work(store: Store) -> int:
-        rows = await store.spend(by)
+        rows = await store.spend(by, None if span is None else span.start_s)
         out = [
             {
                 by.value: r.group,

@@ -359,12 +359,13 @@ class RedisPostgresStore:
         except _REDIS_ERRORS as exc:
             raise StoreUnavailable(f"redis: {exc}") from exc
 
-    async def spend(self, by: Dimension) -> list[SpendRow]:
+    async def spend(self, by: Dimension, since_wall_s: float | None = None) -> list[SpendRow]:
         await self.drain_ledger()
         column = _GROUP_COLUMN[by]
         rows = await self._sql(
             f"SELECT {column}, SUM(cost_micro), SUM(prompt_tokens), SUM(completion_tokens), "
-            f"COUNT(*) FROM gateway_ledger GROUP BY {column} ORDER BY {column}"
+            f"COUNT(*) FROM gateway_ledger WHERE at >= %s GROUP BY {column} ORDER BY {column}",
+            (float("-inf") if since_wall_s is None else since_wall_s,),
         )
         return [SpendRow(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows]
 

@@ -246,11 +246,12 @@ class SqliteStore:
                 ),
             )
 
-    async def spend(self, by: Dimension) -> list[SpendRow]:
+    async def spend(self, by: Dimension, since_wall_s: float | None = None) -> list[SpendRow]:
         column = _GROUP_COLUMN[by]
         rows = self._db.execute(
             f"SELECT {column}, SUM(cost_micro), SUM(prompt_tokens), SUM(completion_tokens), "
-            f"COUNT(*) FROM ledger GROUP BY {column} ORDER BY {column}"
+            f"COUNT(*) FROM ledger WHERE at >= ? GROUP BY {column} ORDER BY {column}",
+            (float("-inf") if since_wall_s is None else since_wall_s,),
         ).fetchall()
         return [SpendRow(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows]
 
