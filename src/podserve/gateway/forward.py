@@ -64,10 +64,15 @@ class Forwarder:
         self._urls: dict[str, URL] = {}
 
     async def start(self) -> None:
-        # No pool limit: admission already bounded the requests in flight.
+        # No pool limit: admission already bounded the requests in flight. No cookie jar:
+        # one session carries every tenant's requests, and aiohttp's default jar would
+        # store an upstream's Set-Cookie (hosted APIs set them: OpenAI's, behind
+        # Cloudflare, sends `__cf_bm`) and attach it to every later request to that host,
+        # whoever made it (tests/gateway/test_cookies.py).
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0),
             timeout=self._timeout,
+            cookie_jar=aiohttp.DummyCookieJar(),
         )
 
     async def close(self) -> None:

@@ -132,7 +132,10 @@ class Scraper:
             await self.refresh()
 
     async def start(self) -> None:
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self._timeout_s))
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=self._timeout_s),
+            cookie_jar=aiohttp.DummyCookieJar(),  # as the forwarder's (forward.py)
+        )
         await self.refresh()  # serve from the first request with a real view
         self._task = asyncio.create_task(self._loop())
 
