@@ -155,19 +155,39 @@ class _Harness:
         assert out.chunks or not self.sched.has_unfinished
         return out
 
-    def update(self, out: SchedulerOutput, stop: frozenset[str]) -> None:
-        for done in self.sched.update(_result(out, stop)):
-            request = self.requests[done.request_id]
-            assert done.status is request.status
-            if done.status is RequestStatus.FINISHED_STOPPED:
-                self.stopped.add(done.request_id)
-                assert done.request_id in stop
-            else:
-                assert done.status is RequestStatus.FINISHED_LENGTH
-                assert request.generated_tokens == request.max_new_tokens
-            self.record(done)
+    def update(self, out: SchedulerOutput, stop: frozenset[str], early: bool = False) -> None:
+        """Apply the step. `early`: as the engine does, first end each request whose
+        token of this step ends it (`finish_in_step`), then update with the others."""
+        result = _result(out, stop)
+        if early:
+            rest = []
+            for output in result.outputs:
+                request_id = output.request_id
+                live = self.sched.get(request_id) is not None
+                ends = output.stopped or self.sched.samples_last_token(request_id)
+                if not (live and output.num_new_tokens and ends):
+                    rest.append(output)
+                    continue
+                before = self.sched.kv_used_tokens
+                done = self.sched.finish_in_step(request_id, stopped=output.stopped)
+                assert self.sched.kv_used_tokens == before - self.kv[request_id]
+                self._finished_by_step(done, stop)
+            result = StepResult(tuple(rest))
+        for done in self.sched.update(result):
+            self._finished_by_step(done, stop)
         for request in self.requests.values():
             assert request.generated_tokens <= request.max_new_tokens
+
+    def _finished_by_step(self, done: FinishedRequest, stop: frozenset[str]) -> None:
+        request = self.requests[done.request_id]
+        assert done.status is request.status
+        if done.status is RequestStatus.FINISHED_STOPPED:
+            self.stopped.add(done.request_id)
+            assert done.request_id in stop
+        else:
+            assert done.status is RequestStatus.FINISHED_LENGTH
+            assert request.generated_tokens == request.max_new_tokens
+        self.record(done)
 
 
 @settings(max_examples=150, deadline=None)
@@ -188,7 +208,7 @@ def test_random_workload_keeps_every_invariant(
         stop = (
             frozenset(data.draw(st.lists(st.sampled_from(ids), max_size=2))) if ids else frozenset()
         )
-        h.update(out, stop)
+        h.update(out, stop, early=data.draw(st.booleans(), label="finish in step"))
     # Drain with no more arrivals: everything finishes, in bounded steps (no livelock).
     # The oldest running request is never the victim, so each finishes within
     # prompt + 2 * max_new_tokens steps of becoming the oldest.
@@ -197,7 +217,7 @@ def test_random_workload_keeps_every_invariant(
     while h.sched.has_unfinished:
         steps += 1
         assert steps <= limit, "the scheduler stopped making progress"
-        h.update(h.schedule(), frozenset())
+        h.update(h.schedule(), frozenset(), early=steps % 2 == 0)
     # No request lost or duplicated, and each ended the way it should.
     assert set(h.finished) == set(h.requests)
     assert h.sched.kv_used_tokens == 0
