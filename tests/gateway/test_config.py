@@ -20,6 +20,8 @@ def test_the_issue_example_loads_as_written() -> None:
     assert config.fallbacks[0].api_key_env == "HOSTED_API_KEY"
     assert config.prices["tiny-lm"].per_million_usd() == (Decimal("1.0"), Decimal("2.0"))
     assert config.defaults.max_tokens == 256
+    assert config.teams["demo"].budget_usd == Decimal("5.0")
+    assert config.teams["demo"].budget_period == "monthly"
     shared = load_gateway_config(
         "store: {kind: redis-postgres, redis: 'redis://r:6379/0', postgres: 'postgresql://p'}"
     )
