@@ -17,9 +17,10 @@ from podserve.core.clock import FakeClock
 from podserve.gateway.accounting import Accounting
 from podserve.gateway.budget import Usage
 from podserve.gateway.errors import OverLimit
+from podserve.gateway.key_limits import key_limits
 from podserve.gateway.keys import KeyRecord, key_id_of, new_key
-from podserve.gateway.periods import scope_name, span_at
-from podserve.gateway.store.base import Outcome, Store
+from podserve.gateway.periods import span_at
+from podserve.gateway.store.base import Outcome, ScopeSpec, Store
 from podserve.gateway.store.sqlite import SqliteStore
 from podserve.gateway.wire import Billable, Endpoint, billable
 from tests.gateway.conftest import reset_shared_store
@@ -57,12 +58,6 @@ def test_spans_are_utc_calendar_periods(
     span = span_at(period, _utc(*at))
     assert span is not None
     assert (span.label, span.start_s, span.end_s) == (label, _utc(*start), _utc(*end))
-    assert scope_name("team:t", period, _utc(*at)) == f"team:t@{label}"
-
-
-def test_a_lifetime_budget_keeps_its_plain_name() -> None:
-    assert span_at(BudgetPeriod.LIFETIME, time.time()) is None
-    assert scope_name("key:k", BudgetPeriod.LIFETIME, time.time()) == "key:k"
 
 
 CONFIG = """
@@ -72,6 +67,32 @@ teams: {monthly: {budgetUsd: 0.0005, budgetPeriod: monthly}}
 """
 # 23:59:30 UTC: the day ends in 30 s, the month (December) in 30 s too
 BEFORE_MIDNIGHT = _utc(2026, 12, 31, 23, 59, 30)
+
+
+def test_a_periodic_scope_is_named_for_its_period_and_knows_when_it_refills() -> None:
+    assert span_at(BudgetPeriod.LIFETIME, time.time()) is None
+    _, digest = new_key()
+    key = KeyRecord(
+        "k1",
+        digest,
+        "t",
+        "ns",
+        (),
+        100,
+        None,
+        None,
+        None,
+        False,
+        0.0,
+        budget_period=BudgetPeriod.DAILY,
+    )
+    config = load_gateway_config(CONFIG)
+    scopes = key_limits(key, config).scopes_at(BEFORE_MIDNIGHT)
+    assert scopes == (
+        ScopeSpec("key:k1@2026-12-31", 100, 30.0),  # the day ends in 30 s
+        ScopeSpec("team:t", None),  # a team with no budget in the config: lifetime
+        ScopeSpec("namespace:ns", None),
+    )
 
 
 @pytest.fixture(params=["sqlite", "redis-postgres"])

@@ -154,12 +154,10 @@ def test_abort_ends_the_stream_and_frees_the_slot(
     assert executor.kv.num_free == 8
 
 
-def test_a_new_request_gets_its_first_token_before_the_step_decodes(
-    engine: GenerationEngine, executor: ModelExecutor, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Prefill forwards run first in a step and their tokens are published at once, so a
-    request arriving among running streams waits for its prefill, not the whole step."""
-    log: list[tuple[str, object]] = []
+def _record_steps(executor: ModelExecutor, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """A log of the engine's forwards (`("forward", input shape)`) and stream events
+    (`("put", request id, finish reason, free KV slots)`), in the order they happen."""
+    log: list[Any] = []
     forward, put = executor.model.forward, RequestStream.put
 
     def recording_forward(*args: Any, **kwargs: Any) -> Any:
@@ -168,21 +166,40 @@ def test_a_new_request_gets_its_first_token_before_the_step_decodes(
         return out
 
     def recording_put(self: RequestStream, event: TokenEvent) -> None:
-        log.append(("put", self.request_id))
+        log.append(("put", self.request_id, event.finish_reason, executor.kv.num_free))
         put(self, event)
 
     monkeypatch.setattr(executor.model, "forward", recording_forward)
     monkeypatch.setattr(RequestStream, "put", recording_put)
+    return log
+
+
+def _decoding_stream(engine: GenerationEngine, executor: ModelExecutor) -> Iterator[TokenEvent]:
+    """A long stream, already decoding (its first token is out)."""
     long = SamplingParams(temperature=0, max_tokens=400, ignore_eos=True)
     background = iter(engine.submit("bg", executor.encode_prompt("Return"), long))
-    next(background)  # decoding now
+    next(background)
+    return background
+
+
+def _first_put(log: list[Any], request_id: str) -> int:
+    return next(i for i, entry in enumerate(log) if entry[0] == "put" and entry[1] == request_id)
+
+
+def test_a_new_request_gets_its_first_token_before_the_step_decodes(
+    engine: GenerationEngine, executor: ModelExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Prefill forwards run first in a step and their tokens are published at once, so a
+    request arriving among running streams waits for its prefill, not the whole step."""
+    log = _record_steps(executor, monkeypatch)
+    _decoding_stream(engine, executor)
     prompt = executor.encode_prompt(LONG_PROMPT)
     assert len(prompt) > 1
     probe = iter(engine.submit("probe", prompt, SamplingParams(temperature=0, max_tokens=4)))
     assert next(probe).token_id is not None
     list(probe)
     engine.abort("bg")
-    first = log.index(("put", "probe"))
+    first = _first_put(log, "probe")
     # the forward just before the probe's first token is its own prefill, one whole row
     assert log[first - 1] == ("forward", (1, len(prompt)))
     # and the running stream's decode of that step comes after it
@@ -195,36 +212,20 @@ def test_a_late_request_whose_first_token_is_its_last_ends_before_the_decodes(
     """A `max_tokens: 1` request among running streams: its only token ends it, and its
     stream closes right after its prefill forward, with its KV slot already free, not
     after the step's decodes (the scheduler's `finish_in_step`)."""
-    log: list[tuple[str, object]] = []
-    forward, put = executor.model.forward, RequestStream.put
-
-    def recording_forward(*args: Any, **kwargs: Any) -> Any:
-        out = forward(*args, **kwargs)
-        log.append(("forward", tuple(kwargs["input_ids"].shape)))
-        return out
-
-    def recording_put(self: RequestStream, event: TokenEvent) -> None:
-        if self.request_id == "probe":
-            log.append(("put", (event.finish_reason, executor.kv.num_free)))
-        put(self, event)
-
-    monkeypatch.setattr(executor.model, "forward", recording_forward)
-    monkeypatch.setattr(RequestStream, "put", recording_put)
-    long = SamplingParams(temperature=0, max_tokens=400, ignore_eos=True)
-    background = iter(engine.submit("bg", executor.encode_prompt("Return"), long))
-    next(background)  # decoding now
+    log = _record_steps(executor, monkeypatch)
+    background = _decoding_stream(engine, executor)
     prompt = executor.encode_prompt("Return a list of")
     events = list(engine.submit("probe", prompt, SamplingParams(temperature=0, max_tokens=1)))
     assert [e.finish_reason for e in events] == ["length"]
     assert events[0].token_id is not None
-    at = next(i for i, entry in enumerate(log) if entry[0] == "put")
+    at = _first_put(log, "probe")
     while len(log) < at + 2:  # the step thread logs the decode forward that follows
         next(background)
     engine.abort("bg")
     assert log[at - 1] == ("forward", (1, len(prompt)))  # right after its own prefill
     assert log[at + 1] == ("forward", (1, 1))  # the step's decode comes after
     # only the background stream holds a slot when the probe's last event is published
-    assert log[at] == ("put", ("length", executor.max_num_seqs - 1))
+    assert log[at] == ("put", "probe", "length", executor.max_num_seqs - 1)
 
 
 def test_seeded_sampling_is_reproducible_whatever_the_batch(engine: GenerationEngine) -> None:

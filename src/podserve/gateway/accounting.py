@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from podserve.config.gateway_config import GatewayConfig, OnBudgetShort
 from podserve.gateway import tokens
-from podserve.gateway.budget import Grant, HoldPlan, Refusal, RefusalReason, Usage, plan_hold
+from podserve.gateway.budget import Grant, HoldPlan, Refusal, Usage, plan_hold
 from podserve.gateway.errors import (
     ModelForbidden,
     OverLimit,
@@ -285,13 +285,9 @@ class Accounting:
                 async with asyncio.timeout(_BUDGET_POLL_S):
                     await settled.wait()
         if isinstance(decision, Refusal):
-            retry_after_s = decision.retry_after_s
-            if decision.reason is RefusalReason.BUDGET and not decision.may_fit_later:
-                # spent: a periodic budget comes back when its period ends
-                refill = limits.refill_in_s(decision.scope, self._wall())
-                if refill is not None:
-                    retry_after_s = refill
-            raise OverLimit(_refusal_message(decision), decision.reason.value, retry_after_s)
+            raise OverLimit(
+                _refusal_message(decision), decision.reason.value, decision.retry_after_s
+            )
         assert isinstance(decision, Grant)
         cap = decision.max_tokens // bill.choices if generates else None
         return Admission(hold.reservation_id, key, bill.model, rate, prompt, cap, local, request_id)

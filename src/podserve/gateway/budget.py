@@ -58,6 +58,7 @@ class ScopeState:
     limit_micro: int | None
     committed_micro: int
     reserved_micro: int
+    refills_in_s: float | None = None  # a periodic budget starts again then (None: never)
 
     @property
     def available_micro(self) -> int | None:
@@ -114,9 +115,14 @@ def grant(
         n = min(n, plan.rate.max_output_within(avail, plan.prompt_tokens))
         if n < plan.min_tokens:
             # Outstanding reservations will settle (usually below their hold): worth a
-            # retry soon. A budget spent outright does not come back by waiting.
+            # retry soon. A budget spent outright comes back only with its next period.
             pending = scope.reserved_micro > 0
-            return Refusal(RefusalReason.BUDGET, scope.name, 1 if pending else 3600, pending)
+            return Refusal(
+                RefusalReason.BUDGET,
+                scope.name,
+                budget_retry_after_s(scope.refills_in_s, pending),
+                pending,
+            )
     return Grant(n, plan.rate.cost_micro(plan.prompt_tokens, n), plan.prompt_tokens + n)
 
 
@@ -137,6 +143,14 @@ def cancelled_usage(prompt_tokens: int, tokens_sent: int) -> Usage:
 
 def settle_cost(rate: Rate, usage: Usage) -> int:
     return rate.cost_micro(usage.prompt_tokens, usage.completion_tokens)
+
+
+def budget_retry_after_s(refills_in_s: float | None, pending: bool) -> int:
+    """Retry-After for a budget refusal: 1 s while holds may still settle, else when the
+    budget's period ends (a periodic budget), else an hour."""
+    if pending:
+        return 1
+    return 3600 if refills_in_s is None else _ceil_s(refills_in_s)
 
 
 def _ceil_s(seconds: float) -> int:

@@ -32,6 +32,7 @@ class LocalBudgets:
                 None if s.limit_micro is None else s.limit_micro // self._replicas,
                 self._committed.get(s.name, 0),
                 self._reserved.get(s.name, 0),
+                s.refills_in_s,
             )
             for s in hold.scopes
         ]

@@ -4,13 +4,12 @@ gateway config."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from podserve.config.gateway_config import BudgetPeriod, GatewayConfig, ScopeLimits
 from podserve.gateway.keys import KeyRecord
 from podserve.gateway.money import usd_to_micro
-from podserve.gateway.periods import scope_name, span_at
+from podserve.gateway.periods import Span, span_at
 from podserve.gateway.store.base import ScopeSpec
 
 
@@ -28,17 +27,16 @@ class KeyLimits:
         if all(p is BudgetPeriod.LIFETIME for p in self.periods):
             return self.scopes
         return tuple(
-            ScopeSpec(scope_name(s.name, p, wall_s), s.limit_micro)
+            _periodic(s, span_at(p, wall_s), wall_s)
             for s, p in zip(self.scopes, self.periods, strict=True)
         )
 
-    def refill_in_s(self, scope: str, wall_s: float) -> int | None:
-        """Seconds until a spent periodic budget starts again (None: lifetime)."""
-        for s, p in zip(self.scopes, self.periods, strict=True):
-            span = span_at(p, wall_s)
-            if span is not None and scope == f"{s.name}@{span.label}":
-                return max(1, math.ceil(span.end_s - wall_s))
-        return None
+
+def _periodic(scope: ScopeSpec, span: Span | None, wall_s: float) -> ScopeSpec:
+    """`scope` in the period `span` (itself for a lifetime budget)."""
+    if span is None:
+        return scope
+    return ScopeSpec(f"{scope.name}@{span.label}", scope.limit_micro, span.end_s - wall_s)
 
 
 def key_limits(key: KeyRecord, config: GatewayConfig) -> KeyLimits:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from podserve.config.gateway_config import BudgetPeriod
 
-PERIODIC = (BudgetPeriod.DAILY, BudgetPeriod.WEEKLY, BudgetPeriod.MONTHLY)
+_PERIODIC = (BudgetPeriod.DAILY, BudgetPeriod.WEEKLY, BudgetPeriod.MONTHLY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +58,6 @@ def span_at(period: BudgetPeriod, wall_s: float) -> Span | None:
     return Span(label, start.timestamp(), end.timestamp())
 
 
-def scope_name(base: str, period: BudgetPeriod, wall_s: float) -> str:
-    """The scope a request made at `wall_s` is charged to: `base` for a lifetime budget,
-    `base@<label>` for a periodic one."""
-    span = span_at(period, wall_s)
-    return base if span is None else f"{base}@{span.label}"
+def periodic_spans(wall_s: float) -> list[Span]:
+    """The current daily, weekly and monthly periods."""
+    return [span for p in _PERIODIC if (span := span_at(p, wall_s)) is not None]

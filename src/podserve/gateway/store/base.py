@@ -36,8 +36,9 @@ class Dimension(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class ScopeSpec:
-    name: str  # "key:<id>", "team:<t>", "namespace:<n>"
+    name: str  # "key:<id>", "team:<t>", "namespace:<n>" (periodic: "...@<period>")
     limit_micro: int | None
+    refills_in_s: float | None = None  # a periodic budget: until its period ends
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from typing import Any
 
 from podserve.config.gateway_config import BudgetPeriod
 from podserve.gateway.keys import KeyRecord
-from podserve.gateway.periods import PERIODIC, span_at
+from podserve.gateway.periods import periodic_spans
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS gateway_keys (
@@ -83,10 +83,7 @@ def committed_query(now_wall_s: float) -> tuple[str, tuple[Any, ...]]:
             f"SELECT %s || {column}, SUM(cost_micro) FROM gateway_ledger GROUP BY {column}"
         )
         params.append(prefix)
-        for period in PERIODIC:
-            span = span_at(period, now_wall_s)
-            if span is None:  # not a periodic budget
-                continue
+        for span in periodic_spans(now_wall_s):
             parts.append(
                 f"SELECT %s || {column} || %s, SUM(cost_micro) FROM gateway_ledger "
                 f"WHERE at >= %s GROUP BY {column}"

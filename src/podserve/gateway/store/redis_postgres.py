@@ -38,7 +38,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from podserve.gateway.budget import Grant, Refusal, RefusalReason
+from podserve.gateway.budget import Grant, Refusal, RefusalReason, budget_retry_after_s
 from podserve.gateway.keys import KeyRecord
 from podserve.gateway.limits import WINDOW_S
 from podserve.gateway.store import lua
@@ -267,8 +267,12 @@ class RedisPostgresStore:
             w = hold.tpm[index]
             return Refusal(RefusalReason.TPM, w.name, max(1, int(-(-w.resets_in_s // 1))))
         pending = int(reply[2]) > 0  # as budget.grant decides it
+        scope = hold.scopes[index]
         return Refusal(
-            RefusalReason.BUDGET, hold.scopes[index].name, 1 if pending else 3600, pending
+            RefusalReason.BUDGET,
+            scope.name,
+            budget_retry_after_s(scope.refills_in_s, pending),
+            pending,
         )
 
     async def settle(self, settlement: Settlement) -> bool:

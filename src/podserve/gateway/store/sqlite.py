@@ -49,7 +49,7 @@ from podserve.gateway.store.base import (
     SpendRow,
     StoreUnavailable,
 )
-from podserve.gateway.store.sqlite_ops import Open, Tx, reserve_without_sql
+from podserve.gateway.store.sqlite_ops import Open, Tx, reserve_without_sql, write_ledger
 from podserve.gateway.store.sqlite_ops import reserve as reserve_in
 from podserve.gateway.store.sqlite_ops import settle as settle_in
 
@@ -228,23 +228,7 @@ class SqliteStore:
             if seen is not None:
                 return
             tx.add(charge.scopes, s.cost_micro, 0)
-            tx.db.execute(
-                "INSERT INTO ledger VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    s.reservation_id,
-                    labels.request_id,
-                    s.at,
-                    labels.key_id,
-                    labels.team,
-                    labels.namespace,
-                    labels.model,
-                    s.upstream,
-                    s.usage.prompt_tokens,
-                    s.usage.completion_tokens,
-                    s.cost_micro,
-                    s.outcome.value,
-                ),
-            )
+            write_ledger(tx, s, labels)
 
     async def spend(self, by: Dimension, since_wall_s: float | None = None) -> list[SpendRow]:
         column = _GROUP_COLUMN[by]

@@ -145,7 +145,10 @@ def reserve_without_sql(hold: Hold, unheld: dict[str, Open]) -> Grant | None:
 def reserve(tx: Tx, hold: Hold) -> Grant | Refusal:
     limited = [s.name for s in hold.scopes if s.limit_micro is not None]
     state = tx.scope_state(limited) if limited else {}
-    budgets = [ScopeState(s.name, s.limit_micro, *state.get(s.name, (0, 0))) for s in hold.scopes]
+    budgets = [
+        ScopeState(s.name, s.limit_micro, *state.get(s.name, (0, 0)), s.refills_in_s)
+        for s in hold.scopes
+    ]
     counters = [w.counter for w in (*hold.rpm, *hold.tpm)]
     used: dict[str, int] = (
         dict(
@@ -220,7 +223,12 @@ def settle(tx: Tx, s: Settlement) -> bool:
             f"UPDATE windows SET used = used - ? WHERE counter IN ({marks(list(held.tpm))})",
             (unused, *held.tpm),
         )
-    labels = held.labels
+    write_ledger(tx, s, held.labels)
+    return True
+
+
+def write_ledger(tx: Tx, s: Settlement, labels: Labels) -> None:
+    """The settlement's one ledger row (a settlement, a lease expiry, a late charge)."""
     tx.db.execute(
         "INSERT INTO ledger VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
         (
@@ -238,7 +246,6 @@ def settle(tx: Tx, s: Settlement) -> bool:
             s.outcome.value,
         ),
     )
-    return True
 
 
 def from_row(row: Any) -> Open:
