@@ -137,7 +137,7 @@ def _with_store(config_path: Path, work: Any) -> Any:
     import asyncio
 
     from podserve.config.gateway_config import load_gateway_config
-    from podserve.gateway.app import open_store
+    from podserve.gateway.stores import open_store
 
     config = load_gateway_config(config_path.read_text())
     if config.store.kind == "sqlite":  # relative paths resolve from the gateway's workdir

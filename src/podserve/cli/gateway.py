@@ -98,9 +98,9 @@ def _load(args: argparse.Namespace) -> GatewayConfig | None:
 
 def _with_store(config: GatewayConfig, work: Any) -> int:
     """Open the store, run `work(store)`, close it; a store error is exit code 3."""
-    from podserve.gateway.app import open_store
     from podserve.gateway.errors import GatewayError
     from podserve.gateway.store.base import StoreUnavailable
+    from podserve.gateway.stores import open_store
 
     async def main() -> int:
         store = open_store(config, os.environ)

@@ -206,9 +206,30 @@ class GatewayConfig(_Section):
     max_body_bytes: int = Field(
         16 * 1024 * 1024, ge=1024, description="Larger request bodies are refused (413)."
     )
+    max_in_flight: int = Field(
+        2048,
+        ge=1,
+        description="Proxied requests held at once (streams included); more are refused "
+        "with 503 + Retry-After before their body is read.",
+    )
+    max_body_bytes_in_flight: int = Field(
+        256 * 1024 * 1024,
+        ge=1024,
+        description="Request-body bytes held at once by the proxied requests; a request "
+        "that would pass it is refused with 503 + Retry-After. At least maxBodyBytes.",
+    )
     key_cache_s: float = Field(
         1.0, ge=0, description="Keys are cached this long: revocation takes effect within."
     )
+
+    @model_validator(mode="after")
+    def _body_bounds(self) -> GatewayConfig:
+        if self.max_body_bytes_in_flight < self.max_body_bytes:
+            raise ValueError(
+                "maxBodyBytesInFlight must be at least maxBodyBytes: one request of the "
+                "largest allowed body must fit"
+            )
+        return self
 
     @model_validator(mode="after")
     def _names_unique(self) -> GatewayConfig:

@@ -6,10 +6,11 @@ time as an argument; I/O lives in `app` (HTTP edge), `forward`/`relay` (upstream
 `scrape` (pod metrics) and `store` (SQLite, or Redis + PostgreSQL).
 """
 
-from podserve.gateway.app import OVERHEAD_HEADER, Gateway, open_store
+from podserve.gateway.app import OVERHEAD_HEADER, Gateway
 from podserve.gateway.budget import Grant, HoldPlan, Refusal, RefusalReason, Usage, grant
 from podserve.gateway.money import Rate
 from podserve.gateway.store.base import Dimension, Store, StoreUnavailable
+from podserve.gateway.stores import open_store
 
 __all__ = [
     "OVERHEAD_HEADER",

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from podserve.config.gateway_config import GatewayConfig, OnBudgetShort
 from podserve.gateway import tokens
 from podserve.gateway.budget import Grant, HoldPlan, Refusal, Usage, plan_hold
+from podserve.gateway.counting import PromptCounting
 from podserve.gateway.errors import (
     ModelForbidden,
     OverLimit,
@@ -46,7 +47,6 @@ _BUDGET_POLL_S = 0.025
 log = logging.getLogger("podserve.gateway")
 
 
-_BYTES = tokens.ByteBound()
 _KEY_LIMITS_MAX = 4096
 
 
@@ -84,14 +84,15 @@ class Accounting:
         self._rates: dict[str, Rate] = {}
         # Store calls that missed their deadline, and the releases of late reservations.
         self._background: set[asyncio.Future[Any]] = set()
-        self._counters: dict[str, tokens.Counter] = {}
+        counters: dict[str, tokens.Counter] = {}
         self._key_limits: dict[KeyRecord, KeyLimits] = {}
         for model, price in config.prices.items():
             self._rates[model] = Rate.per_million_usd(*price.per_million_usd())
             if price.tokenizer is not None:
                 from pathlib import Path
 
-                self._counters[model] = tokens.TokenizerCount(Path(price.tokenizer))
+                counters[model] = tokens.TokenizerCount(Path(price.tokenizer))
+        self.counting = PromptCounting(counters)
 
     def deadline(self) -> float:
         """A request's store deadline, on the monotonic clock: the key lookup and the
@@ -183,14 +184,6 @@ class Accounting:
     def rate(self, model: str) -> Rate:
         return self._rates.get(model, FREE)
 
-    def prompt_tokens(self, bill: Billable) -> int:
-        if not bill.texts and bill.endpoint is not Endpoint.CHAT:
-            return bill.token_ids  # nothing to count (an OIP request: 0)
-        counter = self._counters.get(bill.model, _BYTES)
-        if bill.endpoint is Endpoint.CHAT:
-            return tokens.chat_prompt_tokens(counter, bill.texts)
-        return tokens.completion_prompt_tokens(counter, bill.texts) + bill.token_ids
-
     def _limits(self, key: KeyRecord) -> KeyLimits:
         """The key's budget scopes and rate limits: the same on each of its requests, so
         built once per key record (a changed record is another cache entry)."""
@@ -236,7 +229,7 @@ class Accounting:
         if not key.allows(bill.model):
             raise ModelForbidden(f"this key may not use model '{bill.model}'")
         rate = self.rate(bill.model)
-        prompt = self.prompt_tokens(bill)
+        prompt = await self.counting.prompt_tokens(bill)
         generates = bill.endpoint in (Endpoint.COMPLETIONS, Endpoint.CHAT)
         if generates:
             requested = None if bill.max_tokens is None else bill.max_tokens * bill.choices

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 import orjson
 
-from podserve.config.gateway_config import GatewayConfig, RedisPostgresStore
+from podserve.config.gateway_config import GatewayConfig
 from podserve.gateway.accounting import Accounting, Admission
 from podserve.gateway.asgi import App, Call, Headers, Reply, Routes
 from podserve.gateway.budget import Usage
@@ -26,10 +26,12 @@ from podserve.gateway.errors import (
     GatewayError,
     InvalidRequest,
     ModelForbidden,
+    Overloaded,
     UnknownModel,
     UpstreamFailed,
 )
 from podserve.gateway.forward import UPSTREAM_ERRORS, Attempted, Forwarder
+from podserve.gateway.inflight import InFlight, Ticket
 from podserve.gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from podserve.gateway.relay import relay_stream
 from podserve.gateway.retry_budget import RetryBudget
@@ -37,6 +39,7 @@ from podserve.gateway.routing import Router
 from podserve.gateway.scrape import Scraper
 from podserve.gateway.sse import EventRelay, StreamTally
 from podserve.gateway.store.base import Outcome, Store
+from podserve.gateway.usage import reported_usage
 from podserve.gateway.wire import (
     BadRequest,
     Billable,
@@ -63,6 +66,7 @@ class Gateway:
         self.router = Router(config)
         self.retry_budget = RetryBudget(config.routing.retry_budget_ratio)
         self.accounting = Accounting(config, store)
+        self.inflight = InFlight(config.max_in_flight, config.max_body_bytes_in_flight)
         r = config.routing
         self.forwarder = Forwarder(
             self.router,
@@ -117,6 +121,7 @@ class Gateway:
         with contextlib.suppress(TimeoutError):  # late store calls end on socket timeouts
             async with asyncio.timeout(5):
                 await self.accounting.quiesce()
+        self.accounting.counting.close()
         await self.accounting.store.close()
 
     def asgi(self) -> App:
@@ -204,12 +209,28 @@ class Gateway:
 
     async def _proxy(self, call: Call, endpoint: Endpoint) -> Reply | None:
         started = time.perf_counter()
+        declared = call.header(b"content-length")
+        length = int(declared) if declared is not None and declared.isdigit() else 0
+        try:
+            # Past maxBodyBytes the body is refused with 413 before it is read: hold less.
+            ticket = self.inflight.enter(min(length, self.config.max_body_bytes))
+        except Overloaded as exc:
+            return self._refuse(exc, started)
+        try:
+            return await self._proxy_admitted(call, endpoint, started, ticket)
+        finally:
+            self.inflight.leave(ticket)
+
+    async def _proxy_admitted(
+        self, call: Call, endpoint: Endpoint, started: float, ticket: Ticket
+    ) -> Reply | None:
         rid = _request_id(call.header(b"x-request-id"))
         deadline = self.accounting.deadline()  # the store's, over lookup and reservation
         try:
             key = await self.accounting.authenticate(call.header(b"authorization"), deadline)
             reading = time.monotonic()
             raw = await call.body(self.config.max_body_bytes)
+            self.inflight.grow(ticket, len(raw))  # a body sent without Content-Length
             deadline += time.monotonic() - reading  # the client's upload is not store time
             if endpoint is Endpoint.V2:
                 # OIP bodies are forwarded byte for byte: nothing in them is billed.
@@ -316,19 +337,13 @@ class Gateway:
         cap = (admission.max_tokens or 0) * bill.choices
         return Usage(admission.prompt_tokens, cap)
 
-    def _usage_of(self, content: bytes, status: int, admission: Admission) -> tuple[Usage, Outcome]:
+    @staticmethod
+    def _usage_of(content: bytes, status: int, admission: Admission) -> tuple[Usage, Outcome]:
         if status >= 400:
             return Usage(0, 0), Outcome.ERROR  # nothing generated, nothing charged
-        try:
-            payload = orjson.loads(content)
-        except orjson.JSONDecodeError:
-            payload = None
-        usage = payload.get("usage") if isinstance(payload, dict) else None
-        if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
-            completion = usage.get("completion_tokens")
-            return Usage(
-                usage["prompt_tokens"], completion if isinstance(completion, int) else 0
-            ), Outcome.OK
+        reported = reported_usage(content)
+        if reported is not None:
+            return reported, Outcome.OK
         if admission.max_tokens is None:
             return Usage(admission.prompt_tokens, 0), Outcome.OK  # v2: no tokens to bill
         return Usage(admission.prompt_tokens, admission.max_tokens), Outcome.OK
@@ -379,21 +394,3 @@ def _request_id(given: str | None) -> str:
     if given and len(given) <= 128 and given.isascii() and given.isprintable():
         return given
     return os.urandom(16).hex()  # uuid4's randomness without building a UUID
-
-
-def open_store(config: GatewayConfig, env: Mapping[str, str]) -> Store:
-    """The configured store (the CLI passes its environment for the *Env settings)."""
-    store = config.store
-    timeout_s = config.store_timeout_ms / 1000
-    if isinstance(store, RedisPostgresStore):
-        from podserve.gateway.store.redis_postgres import RedisPostgresStore as Shared
-
-        redis_url = store.redis if store.redis is not None else env.get(store.redis_env or "")
-        dsn = store.postgres if store.postgres is not None else env.get(store.postgres_env or "")
-        if not redis_url or not dsn:
-            raise InvalidRequest("store: the Redis URL or PostgreSQL DSN env var is not set")
-        # socket timeouts of at least 0.5 s: see RedisPostgresStore
-        return Shared(redis_url, dsn, max(0.5, timeout_s), cluster=store.redis_cluster)
-    from podserve.gateway.store.sqlite import SqliteStore
-
-    return SqliteStore(store.path)

@@ -62,6 +62,13 @@ class StoreDown(GatewayError):
     reason = "store"
 
 
+class Overloaded(GatewayError):
+    """Past the gateway's own bounds on requests or body bytes in flight (inflight.py)."""
+
+    status = 503
+    reason = "overloaded"
+
+
 class NoUpstream(GatewayError):
     status = 503
     reason = "no_upstream"

@@ -15,6 +15,7 @@ proxy's hot path that difference is the gateway's overhead.
 from __future__ import annotations
 
 import asyncio
+import io
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from podserve.gateway.retry_budget import RetryBudget
 from podserve.gateway.routing import Router, Target
 
 RETRYABLE_STATUS = frozenset({502, 503, 504})
+_LARGE_BODY_BYTES = 1 << 20
 
 
 @dataclass(slots=True)
@@ -39,6 +41,15 @@ class Attempted:
 
 
 UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+
+def _payload(body: bytes) -> bytes | io.BytesIO:
+    """A body past 1 MiB goes as a BytesIO: aiohttp writes that in 64 KiB chunks, yielding
+    to the loop between them, where it would hand raw bytes to the transport in one write
+    (and warn that this may block the loop: `TOO_LARGE_BYTES_BODY` in aiohttp/payload.py,
+    a ResourceWarning a test run turns into an error). A fresh one per attempt: a retry
+    sends the body from its start. `io.BytesIO(bytes)` shares the bytes until written to."""
+    return io.BytesIO(body) if len(body) > _LARGE_BODY_BYTES else body
 
 
 class Forwarder:
@@ -119,7 +130,7 @@ class Forwarder:
             url, headers = self._request(target, path, rid)
             try:
                 response = await self._session.request(
-                    method, url, data=body if method == "POST" else None, headers=headers
+                    method, url, data=_payload(body) if method == "POST" else None, headers=headers
                 )
             except UPSTREAM_ERRORS as exc:
                 self._router.on_finish(target, False, time.monotonic())

@@ -8,7 +8,8 @@ from collections.abc import Mapping
 import uvicorn
 
 from podserve.config.gateway_config import GatewayConfig
-from podserve.gateway.app import Gateway, open_store
+from podserve.gateway.app import Gateway
+from podserve.gateway.stores import open_store
 
 log = logging.getLogger("podserve.gateway")
 

@@ -1,0 +1,223 @@
+"""Work whose size a client chooses never stalls the gateway's event loop, and overload is
+refused cheaply: prompts are counted off the loop (or bounded by bytes when the counting
+thread is behind), and requests and body bytes in flight are bounded.
+
+The gateway runs in this test's event loop (its ASGI app under httpx's ASGITransport, in
+front of the real pods), so the test can hold the real tokenizer call at a gate: with the
+old counting on the loop, nothing could answer `/healthz` while the gate was shut.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from podserve.config.gateway_config import load_gateway_config
+from podserve.gateway import counting
+from podserve.gateway.app import Gateway
+from podserve.gateway.store.base import Dimension
+from podserve.gateway.stores import open_store
+from podserve.gateway.tokens import TokenizerCount
+from podserve.gateway.usage import FULL_PARSE_MAX_BYTES
+from tests.gateway.conftest import Pods, base_config
+from tests.gateway.support import create_key
+
+pytestmark = pytest.mark.asyncio(loop_scope="function")
+
+LONG_PROMPT = "hi " * 200  # 600 characters: past INLINE_CHARS, well inside tiny-lm's context
+
+
+@dataclass
+class Gate:
+    """Holds the real tokenizer call until the test opens it; records where it ran."""
+
+    entered: threading.Event = field(default_factory=threading.Event)
+    opened: threading.Event = field(default_factory=threading.Event)
+    opened_in_time: list[bool] = field(default_factory=list)
+    threads: list[str] = field(default_factory=list)
+
+
+@pytest.fixture
+def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[Gate]:
+    state = Gate()
+    real = TokenizerCount.count
+
+    def gated(self: TokenizerCount, texts: Any) -> int:
+        state.threads.append(threading.current_thread().name)
+        state.entered.set()
+        # On the event loop nobody could open the gate: the wait times out, and says so.
+        state.opened_in_time.append(state.opened.wait(timeout=5))
+        return real(self, texts)
+
+    monkeypatch.setattr(TokenizerCount, "count", gated)
+    yield state
+    state.opened.set()
+
+
+@dataclass
+class InProcess:
+    client: httpx.AsyncClient
+    gateway: Gateway
+    headers: dict[str, str]
+
+
+async def _in_process(pods: Pods, workdir: Path, **overrides: Any) -> AsyncIterator[InProcess]:
+    key_flags = overrides.pop("_key_flags", ())
+    config_dict = base_config(pods, store={"kind": "sqlite", "path": str(workdir / "gw.db")})
+    config_dict.update(overrides)
+    config_path = workdir / "gateway.yaml"
+    config_path.write_text(yaml.safe_dump(config_dict))
+    # The CLI runs its own event loop: off this one.
+    key = await asyncio.to_thread(create_key, config_path, "--team", "big", *key_flags)
+    config = load_gateway_config(config_path.read_text())
+    gateway = Gateway(config, open_store(config, {}), {})
+    await gateway.startup()
+    transport = httpx.ASGITransport(app=gateway.asgi())
+    try:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://gateway", timeout=60
+        ) as client:
+            yield InProcess(client, gateway, {"authorization": f"Bearer {key}"})
+    finally:
+        await gateway.shutdown()
+
+
+@pytest.fixture
+async def gw(pods: Pods, tmp_path: Path) -> AsyncIterator[InProcess]:
+    async for found in _in_process(pods, tmp_path):
+        yield found
+
+
+async def until(flag: threading.Event) -> None:
+    for _ in range(2000):
+        if flag.is_set():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("the tokenizer was never called")
+
+
+def completion(prompt: str) -> dict[str, Any]:
+    return {"model": "tiny-lm", "prompt": prompt, "max_tokens": 2}
+
+
+async def test_probes_answer_while_a_long_prompt_is_counted(gw: InProcess, gate: Gate) -> None:
+    request = asyncio.create_task(
+        gw.client.post("/v1/completions", json=completion(LONG_PROMPT), headers=gw.headers)
+    )
+    await until(gate.entered)
+    # The tokenizer is inside its call now, and stays there until the gate opens.
+    health = await gw.client.get("/healthz")
+    assert health.status_code == 200
+    assert not request.done()
+    gate.opened.set()
+    response = await request
+    assert response.status_code == 200, response.text
+    assert gate.opened_in_time == [True]
+    assert gate.threads == ["podserve-gw-count_0"]
+    assert gw.gateway.accounting.counting.backlog_chars == 0
+
+
+async def test_a_short_prompt_is_counted_on_the_loop(gw: InProcess, gate: Gate) -> None:
+    gate.opened.set()
+    response = await gw.client.post(
+        "/v1/completions", json=completion("def add(a, b):"), headers=gw.headers
+    )
+    assert response.status_code == 200, response.text
+    assert gate.threads == [threading.current_thread().name]
+
+
+async def test_a_prompt_longer_than_the_backlog_is_bounded_by_its_bytes(
+    gw: InProcess, gate: Gate
+) -> None:
+    """Never tokenized (the gate is never entered); the byte bound reserves for it. The
+    pod then refuses a prompt that can never fit its context, before tokenizing too."""
+    huge = "a" * (counting.MAX_BACKLOG_CHARS + 1)
+    response = await gw.client.post("/v1/completions", json=completion(huge), headers=gw.headers)
+    assert response.status_code == 400, response.text
+    assert "characters" in response.json()["error"]["message"]
+    assert gate.threads == []
+
+
+async def test_the_byte_bound_reserves_at_least_the_tokens(
+    pods: Pods, tmp_path: Path, gate: Gate
+) -> None:
+    """A key with USD 1 of budget at USD 1 per million input tokens: a prompt of over a
+    million bytes, too long to tokenize, is refused on its byte bound alone."""
+    async for gw in _in_process(pods, tmp_path, _key_flags=("--budget-usd", "1")):
+        huge = "a" * 1_000_001 + "b" * (counting.MAX_BACKLOG_CHARS)
+        response = await gw.client.post(
+            "/v1/completions", json=completion(huge), headers=gw.headers
+        )
+        assert response.status_code == 429, response.text
+        assert response.json()["error"]["type"] == "insufficient_quota"
+        assert gate.threads == []
+
+
+async def test_requests_past_max_in_flight_are_refused_before_their_body(
+    pods: Pods, tmp_path: Path, gate: Gate
+) -> None:
+    async for gw in _in_process(pods, tmp_path, maxInFlight=1):
+        held = asyncio.create_task(
+            gw.client.post("/v1/completions", json=completion(LONG_PROMPT), headers=gw.headers)
+        )
+        await until(gate.entered)  # the one slot is taken
+        refused = await gw.client.post(
+            "/v1/completions", json=completion("def"), headers=gw.headers
+        )
+        assert refused.status_code == 503
+        assert refused.headers["retry-after"] == "1"
+        assert refused.json()["error"]["code"] == "overloaded"
+        assert (await gw.client.get("/healthz")).status_code == 200  # never counted
+        gate.opened.set()
+        assert (await held).status_code == 200
+        again = await gw.client.post("/v1/completions", json=completion("def"), headers=gw.headers)
+        assert again.status_code == 200, again.text
+        metrics = (await gw.client.get("/metrics")).text
+        assert 'podserve_gateway_rejections_total{reason="overloaded"} 1.0' in metrics
+        assert gw.gateway.inflight.requests == 0
+        assert gw.gateway.inflight.body_bytes == 0
+
+
+async def test_body_bytes_in_flight_are_bounded(pods: Pods, tmp_path: Path, gate: Gate) -> None:
+    limit = 64 * 1024
+    async for gw in _in_process(pods, tmp_path, maxBodyBytes=limit, maxBodyBytesInFlight=limit):
+        big = completion(LONG_PROMPT + " " * (40 * 1024))  # counted off the loop: held at the gate
+        held = asyncio.create_task(gw.client.post("/v1/completions", json=big, headers=gw.headers))
+        await until(gate.entered)
+        second = await gw.client.post(
+            "/v1/completions", json=completion("x" * (30 * 1024)), headers=gw.headers
+        )
+        assert second.status_code == 503
+        assert "bytes of request bodies in flight" in second.json()["error"]["message"]
+        small = await gw.client.post("/v1/completions", json=completion("def"), headers=gw.headers)
+        assert small.status_code == 200, small.text
+        gate.opened.set()
+        assert (await held).status_code in (200, 400)  # the pod judges the long prompt
+        assert gw.gateway.inflight.body_bytes == 0
+
+
+async def test_a_large_embeddings_response_is_billed_from_its_usage(gw: InProcess) -> None:
+    """60 inputs answer with ~450 KB of JSON: past the full-parse size, so the usage is
+    read from the end; the ledger must hold exactly what the pod reported."""
+    inputs = [f"sentence number {i} about a function" for i in range(60)]
+    response = await gw.client.post(
+        "/v1/embeddings", json={"model": "minilm", "input": inputs}, headers=gw.headers
+    )
+    assert response.status_code == 200, response.text
+    assert len(response.content) > FULL_PARSE_MAX_BYTES
+    reported = response.json()["usage"]["prompt_tokens"]
+    for _ in range(400):  # settlement runs after the response (and SQLite commits in groups)
+        rows = await gw.gateway.accounting.store.spend(Dimension.MODEL)
+        minilm = [r.prompt_tokens for r in rows if r.group == "minilm"]
+        if minilm:
+            break
+        await asyncio.sleep(0.025)
+    assert minilm == [reported]

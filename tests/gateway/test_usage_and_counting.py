@@ -1,0 +1,149 @@
+"""Pure parts of the large-request handling: reading `usage` from the end of a large
+response, and the counting thread's backlog (a prompt past it is bounded by its bytes)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+
+import orjson
+import pytest
+
+from podserve.gateway import counting
+from podserve.gateway.budget import Usage
+from podserve.gateway.counting import PromptCounting
+from podserve.gateway.usage import FULL_PARSE_MAX_BYTES, reported_usage
+
+FILLER = [{"index": i, "embedding": [0.125] * 384} for i in range(64)]
+
+
+def _body(**fields: object) -> bytes:
+    return orjson.dumps({"object": "list", "data": FILLER, **fields})
+
+
+def test_a_small_response_is_parsed_whole() -> None:
+    body = orjson.dumps({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}})
+    assert reported_usage(body) == Usage(3, 4)
+
+
+def test_a_large_response_is_read_from_its_usage_at_the_end() -> None:
+    body = _body(usage={"prompt_tokens": 512, "total_tokens": 512})
+    assert len(body) > FULL_PARSE_MAX_BYTES
+    assert reported_usage(body) == Usage(512, 0)
+
+
+def test_keys_after_usage_and_nested_details_are_fine() -> None:
+    """OpenAI sends `service_tier` and `system_fingerprint` after `usage`, and details
+    objects inside it."""
+    usage = {
+        "prompt_tokens": 9,
+        "completion_tokens": 7,
+        "prompt_tokens_details": {"cached_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 0},
+    }
+    body = _body(usage=usage, service_tier="default", system_fingerprint="fp_{x}")
+    assert reported_usage(body) == Usage(9, 7)
+    spaced = body.replace(b'"usage":', b'"usage" :\n ')
+    assert reported_usage(spaced) == Usage(9, 7)
+
+
+def test_only_the_usage_object_is_parsed_past_the_size() -> None:
+    """The body before `usage` is not even valid JSON here: a whole-body parse would fail,
+    so this shows the large path reads only the usage object."""
+    body = b'{"data": [' + b"not json " * 10_000 + b'], "usage": {"prompt_tokens": 2}}'
+    assert reported_usage(body) == Usage(2, 0)
+
+
+def test_usage_inside_a_string_is_not_taken_for_the_key() -> None:
+    text = 'the model said {"usage": {"prompt_tokens": 1}} here'
+    body = _body(choices=[{"text": text}])
+    assert b'\\"usage\\"' in body
+    assert reported_usage(body) is None
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        {"prompt_tokens": "12"},
+        {"prompt_tokens": -1},
+        {"prompt_tokens": True},
+        {"completion_tokens": 5},
+        [1, 2],
+    ],
+)
+def test_a_usage_that_is_not_counts_is_none(usage: object) -> None:
+    assert reported_usage(_body(usage=usage)) is None
+    assert reported_usage(orjson.dumps({"usage": usage})) is None
+
+
+def test_no_usage_or_broken_json_is_none() -> None:
+    assert reported_usage(_body()) is None
+    assert reported_usage(b"{not json") is None
+    assert reported_usage(_body(usage={"prompt_tokens": 1})[:-20]) is None
+
+
+class HeldCounter:
+    """A tokenizer stand-in that counts one token a character, held until released: the
+    backlog policy is what is tested, so the real tokenizer's speed must not matter."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.entered = threading.Event()
+        self.calls: list[int] = []
+
+    def count(self, texts: Sequence[str]) -> int:
+        self.calls.append(sum(len(t) for t in texts))
+        self.entered.set()
+        self.release.wait(timeout=10)
+        return sum(len(t) for t in texts)
+
+
+async def test_past_the_backlog_a_prompt_is_bounded_by_its_bytes() -> None:
+    held = HeldCounter()
+    prompts = PromptCounting({"m": held})
+    first = "a" * (counting.MAX_BACKLOG_CHARS - 10)
+    try:
+        waiting = asyncio.ensure_future(prompts.count("m", [first]))
+        assert await asyncio.to_thread(held.entered.wait, 10)
+        assert prompts.backlog_chars == len(first)
+        # 600 more characters would pass the backlog: bounded by bytes, at once, and the
+        # UTF-8 bytes of a non-ASCII text, not its characters.
+        assert await prompts.count("m", ["é" * 600]) == 1200
+        assert held.calls == [len(first)]
+        held.release.set()
+        assert await waiting == len(first)
+        # A short prompt is counted inline, by the counter.
+        assert await prompts.count("m", ["short"]) == 5
+        assert held.calls == [len(first), 5]
+        assert prompts.backlog_chars == 0
+    finally:
+        held.release.set()
+        prompts.close()
+
+
+async def test_a_cancelled_request_gives_its_backlog_back() -> None:
+    held = HeldCounter()
+    prompts = PromptCounting({"m": held})
+    try:
+        task = asyncio.ensure_future(prompts.count("m", ["b" * 5000]))
+        assert await asyncio.to_thread(held.entered.wait, 10)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert prompts.backlog_chars == 5000  # the thread is still counting it
+        held.release.set()
+        for _ in range(1000):
+            if prompts.backlog_chars == 0:
+                break
+            await asyncio.sleep(0.005)
+        assert prompts.backlog_chars == 0
+    finally:
+        held.release.set()
+        prompts.close()
+
+
+async def test_a_model_without_a_tokenizer_is_bounded_by_bytes_inline() -> None:
+    prompts = PromptCounting({})
+    assert await prompts.count("other", ["abc", "ü"]) == 5
+    prompts.close()
