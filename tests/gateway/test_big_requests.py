@@ -80,7 +80,8 @@ async def _in_process(pods: Pods, workdir: Path, **overrides: Any) -> AsyncItera
     config = load_gateway_config(config_path.read_text())
     gateway = Gateway(config, open_store(config, {}), {})
     await gateway.startup()
-    transport = httpx.ASGITransport(app=gateway.asgi())
+    # App types its scope as a dict, httpx as a MutableMapping: the same object at run time.
+    transport = httpx.ASGITransport(app=gateway.asgi())  # type: ignore[arg-type]
     try:
         async with httpx.AsyncClient(
             transport=transport, base_url="http://gateway", timeout=60

@@ -34,6 +34,16 @@ def test_a_gpu_hour_price_is_cost_over_throughput() -> None:
     assert config.prices["m"].per_million_usd() == (Decimal(1), Decimal(1))
 
 
+def test_prices_and_output_caps_past_the_exact_range_are_refused() -> None:
+    """Bounds that keep every hold an exact integer in both stores (gateway_config.py)."""
+    with pytest.raises(InvalidInput, match="USD per million"):
+        load_gateway_config("prices: {m: {inputPerMillionUsd: 1, outputPerMillionUsd: 1e6}}")
+    with pytest.raises(InvalidInput, match="USD per million"):
+        load_gateway_config("prices: {m: {gpuHourUsd: 1e9, tokensPerSecond: 1}}")
+    with pytest.raises(InvalidInput, match="maxTokens"):
+        load_gateway_config("defaults: {maxTokens: 2000000}")
+
+
 @pytest.mark.parametrize(
     ("text", "needle"),
     [

@@ -13,6 +13,7 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 from prometheus_client.parser import text_string_to_metric_families
 
+from podserve.gateway.wire import MAX_OUTPUT_TOKENS
 from tests.gateway.conftest import Pods, base_config
 from tests.gateway.support import GatewayProcess, chat, create_key, run_cli
 from tests.support.server import wait_until
@@ -219,6 +220,9 @@ def test_revoked_and_expired_keys_are_refused(gateway: GatewayProcess) -> None:
             "max_tokens",
         ),
         ({"model": "nope", "messages": [{"role": "user", "content": "a"}]}, "nope"),
+        # 10**19 choices made SQLite raise OverflowError (a 500) before `n` was bounded
+        ({"model": "tiny-lm", "messages": [{"role": "user", "content": "a"}], "n": 10**19}, "'n'"),
+        ({"model": "tiny-lm", "messages": [{"role": "user", "content": "a"}], "n": 129}, "'n'"),
     ],
 )
 def test_bad_bodies_are_4xx_naming_the_problem(
@@ -227,6 +231,22 @@ def test_bad_bodies_are_4xx_naming_the_problem(
     reply = chat(gateway, key, **body)
     assert 400 <= reply.status_code < 500
     assert needle in reply.json()["error"]["message"]
+
+
+def test_a_huge_max_tokens_is_forwarded_as_the_gateway_cap(gateway: GatewayProcess) -> None:
+    """2**62 output tokens was a 500 (an overflow in the store); now the
+    hold and the forwarded cap are MAX_OUTPUT_TOKENS, and the pod judges that cap against
+    its context (a 400 from the pod, passed through, is the right answer here). A key
+    with no budget anywhere: a budget would refuse the hold before the store wrote it."""
+    key = create_key(gateway.config_path, "--team", "unbudgeted")
+    with httpx.Client(base_url=gateway.url) as http:
+        reply = http.post(
+            "/v1/completions",
+            json={"model": "tiny-lm", "prompt": "a", "max_tokens": 2**62},
+            headers={"authorization": f"Bearer {key}"},
+        )
+    assert reply.status_code == 400, reply.text
+    assert str(MAX_OUTPUT_TOKENS) in reply.json()["error"]["message"]
 
 
 def test_a_body_over_the_limit_is_413(gateway: GatewayProcess, key: str) -> None:

@@ -73,6 +73,13 @@ class Fallback(_Section):
     models: list[str] = Field(min_length=1, description="Models it may serve.")
 
 
+# Far above any model's list price (the dearest output tokens today are hundreds of USD a
+# million), and low enough that the largest hold the gateway makes (16 MiB of prompt and
+# 128 choices of 2**20 tokens) stays below 2**53 nano-dollars: exact in the Redis scripts'
+# doubles and in SQLite's 64-bit integers.
+MAX_PRICE_PER_MILLION_USD = 10_000
+
+
 class Price(_Section):
     input_per_million_usd: Decimal | None = Field(None, ge=0, description="USD per 1M input.")
     output_per_million_usd: Decimal | None = Field(None, ge=0, description="USD per 1M output.")
@@ -98,6 +105,11 @@ class Price(_Section):
                 "prices: give inputPerMillionUsd and outputPerMillionUsd, "
                 "or gpuHourUsd and tokensPerSecond"
             )
+        if max(self.per_million_usd()) > MAX_PRICE_PER_MILLION_USD:
+            raise ValueError(
+                f"prices: over {MAX_PRICE_PER_MILLION_USD} USD per million tokens (derived "
+                "from gpuHourUsd / tokensPerSecond too) is surely a typo"
+            )
         return self
 
     def per_million_usd(self) -> tuple[Decimal, Decimal]:
@@ -119,7 +131,12 @@ class OnBudgetShort(StrEnum):
 
 
 class Defaults(_Section):
-    max_tokens: int = Field(256, ge=1, description="Output cap when a request sends none.")
+    max_tokens: int = Field(
+        256,
+        ge=1,
+        le=1 << 20,  # the gateway's own cap on any output (gateway/wire.py MAX_OUTPUT_TOKENS)
+        description="Output cap when a request sends none.",
+    )
     on_budget_short: OnBudgetShort = Field(
         OnBudgetShort.REJECT,
         description="`reject` (429) or `clamp` max_tokens to what the budget still covers.",

@@ -21,6 +21,17 @@ class Endpoint(StrEnum):
     V2 = "v2"
 
 
+# OpenAI's API takes `n` from 1 to 128 (its API reference, chat and completions).
+MAX_CHOICES = 128
+# The output cap the gateway reserves for and forwards at most. No model generates this
+# many tokens in one response (the largest output limits today are ~128k tokens), so a
+# larger `max_tokens` (some clients send 2**31 - 1 for "no limit") is forwarded as this.
+# It keeps every hold an exact integer in the stores: SQLite's INTEGER is 64-bit and
+# Redis scripts compute in doubles (exact below 2**53); before this bound, `n` of 10**19
+# or `max_tokens` of 2**62 made SQLite raise OverflowError and the gateway answer 500.
+MAX_OUTPUT_TOKENS = 1 << 20
+
+
 class BadRequest(Exception):
     """The client's body cannot be billed: 400 with the message."""
 
@@ -65,11 +76,15 @@ def billable(body: dict[str, Any], endpoint: Endpoint) -> Billable:
     options = body.get("stream_options")
     wants_usage = isinstance(options, dict) and options.get("include_usage") is True
     choices = _positive_int(body, "n") or 1
+    if choices > MAX_CHOICES:
+        raise BadRequest(f"'n' must be at most {MAX_CHOICES}")
     cap_field = "max_tokens"
     max_tokens = _positive_int(body, "max_tokens")
     if endpoint is Endpoint.CHAT and body.get("max_completion_tokens") is not None:
         cap_field = "max_completion_tokens"
         max_tokens = _positive_int(body, "max_completion_tokens")
+    if max_tokens is not None:
+        max_tokens = min(max_tokens, MAX_OUTPUT_TOKENS)
     texts: list[str] = []
     token_ids = 0
     if endpoint is Endpoint.CHAT:
