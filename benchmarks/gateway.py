@@ -23,7 +23,9 @@ and PostgreSQL 15 started on free ports. Every comparison is a ratio within this
 6. retries: a pool with a pod that sheds every request (503) beside a healthy one:
    attempts / requests; then Redis stopped: time to the 503 (fail closed).
 7. store (only when named): the SQLite store alone, CPU µs per reservation + settlement,
-   one or 20 requests a transaction, random or time-ordered reservation ids.
+   one or 20 requests a transaction, random or time-ordered reservation ids; then the
+   Redis + PostgreSQL store, CPU µs per request in the gateway's process and in
+   redis-server, one or 20 requests in flight.
 
 Results: stdout and benchmarks/results/gateway-<timestamp>.json.
 """
@@ -664,7 +666,84 @@ def phase_store(work: Path, requests: int = 20_000) -> dict[str, Any]:
                     for i in range(3)
                 ]
                 result[f"{kind}_batch{batch}_{id_kind}"] = runs
+    result["redis"] = phase_store_redis(requests // 4)
     return result
+
+
+def phase_store_redis(requests: int) -> dict[str, Any]:
+    """The Redis + PostgreSQL store alone: CPU µs per request (a reservation and its
+    settlement) in this process and in redis-server (INFO cpu), `batch` requests in
+    flight. OIP: a hold of nothing (no `res:` hash or lease: store/redis_unheld.py);
+    completion: a priced hold (40 prompt + 4 output tokens), hash and lease as before."""
+    from podserve.gateway.store.redis_postgres import RedisPostgresStore
+
+    result: dict[str, Any] = {"requests": requests, "unit": "CPU µs per request"}
+    with redis_server() as (redis_url, _), postgres_server() as dsn:
+        for kind in ("oip", "completion"):
+            for batch in (1, 20):
+                runs = [
+                    asyncio.run(
+                        store_redis_run(RedisPostgresStore, redis_url, dsn, kind, batch, requests)
+                    )
+                    for _ in range(3)
+                ]
+                result[f"{kind}_batch{batch}"] = runs
+    return result
+
+
+async def store_redis_run(
+    store_class: Any, redis_url: str, dsn: str, kind: str, batch: int, requests: int
+) -> dict[str, float]:
+    """One run on an emptied Redis: {"client": µs of this process, "redis": µs of
+    redis-server} per request. `store_class` is a RedisPostgresStore (or an older one, to
+    compare)."""
+    import psycopg
+    import redis
+
+    from podserve.gateway.budget import HoldPlan, Usage
+    from podserve.gateway.money import FREE, Rate
+    from podserve.gateway.store.base import Hold, Labels, Outcome, ScopeSpec, Settlement
+
+    with redis.Redis.from_url(redis_url) as r:
+        r.flushall()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS gateway_keys, gateway_ledger")
+    store = store_class(redis_url, dsn, timeout_s=2.0)
+    await store.setup()
+    rate = Rate(1000, 2000)
+    scopes = tuple(ScopeSpec(n, None) for n in ("key:k", "team:bench", "namespace:default"))
+    plan = HoldPlan(0, 0, 0, FREE) if kind == "oip" else HoldPlan(40, 4, 4, rate)
+    usage = Usage(0, 0) if kind == "oip" else Usage(40, 4)
+    cost = 0 if kind == "oip" else rate.cost_micro(40, 4)
+    labels = Labels("k", "bench", "default", kind, "rid")
+
+    def server_cpu_s() -> float:
+        with redis.Redis.from_url(redis_url) as r:
+            info = r.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+    server_before = server_cpu_s()
+    started = time.process_time()
+    for _ in range(requests // batch):
+        holds = [
+            Hold(os.urandom(16).hex(), plan, scopes, (), (), time.time() + 600, labels)
+            for _ in range(batch)
+        ]
+        await asyncio.gather(*(store.reserve(h) for h in holds))
+        now = time.time()
+        await asyncio.gather(
+            *(
+                store.settle(Settlement(h.reservation_id, usage, cost, "p", Outcome.OK, now))
+                for h in holds
+            )
+        )
+    client = time.process_time() - started
+    server = server_cpu_s() - server_before
+    await store.close()
+    return {
+        "client": round(client / requests * 1e6, 1),
+        "redis": round(server / requests * 1e6, 1),
+    }
 
 
 # --- budget ---------------------------------------------------------------------------

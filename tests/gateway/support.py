@@ -205,3 +205,26 @@ def spend_by(config_path: Path, by: str) -> dict[str, Any]:
         return await store.spend(Dimension(by))
 
     return {row.group: row for row in _with_store(config_path, work)}
+
+
+def daily_key(key_id: str | None = None) -> Any:
+    """A key record with a daily budget of 100 µ$ (team t, namespace ns), for the period
+    tests; `key_id` defaults to the one its digest names."""
+    from podserve.config.gateway_config import BudgetPeriod
+    from podserve.gateway.keys import KeyRecord, key_id_of, new_key
+
+    _, digest = new_key()
+    return KeyRecord(
+        key_id or key_id_of(digest),
+        digest,
+        "t",
+        "ns",
+        (),
+        100,
+        None,
+        None,
+        None,
+        False,
+        0.0,
+        budget_period=BudgetPeriod.DAILY,
+    )

@@ -24,6 +24,7 @@ from podserve.gateway.store.base import Outcome, ScopeSpec, Store
 from podserve.gateway.store.sqlite import SqliteStore
 from podserve.gateway.wire import Billable, Endpoint, billable
 from tests.gateway.conftest import reset_shared_store
+from tests.gateway.support import daily_key
 
 
 def _utc(year: int, month: int, day: int, *hms: int) -> float:
@@ -71,21 +72,7 @@ BEFORE_MIDNIGHT = _utc(2026, 12, 31, 23, 59, 30)
 
 def test_a_periodic_scope_is_named_for_its_period_and_knows_when_it_refills() -> None:
     assert span_at(BudgetPeriod.LIFETIME, time.time()) is None
-    _, digest = new_key()
-    key = KeyRecord(
-        "k1",
-        digest,
-        "t",
-        "ns",
-        (),
-        100,
-        None,
-        None,
-        None,
-        False,
-        0.0,
-        budget_period=BudgetPeriod.DAILY,
-    )
+    key = daily_key("k1")
     config = load_gateway_config(CONFIG)
     scopes = key_limits(key, config).scopes_at(BEFORE_MIDNIGHT)
     assert scopes == (

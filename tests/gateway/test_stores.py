@@ -1,14 +1,17 @@
 """Both stores through the same cases, with real SQLite, Redis and PostgreSQL: the
-reservation is atomic, settles to the real cost, expires as a lease, and rate windows hold."""
+reservation is atomic, settles to the real cost, expires as a lease, and rate windows hold.
+A hold of nothing (an OIP request) is kept in memory, not in the store, on both."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -84,6 +87,7 @@ def _hold(
     rpm: int | None = None,
     tpm: int | None = None,
     lease_s: float = 600.0,
+    reserved_at: float | None = None,
 ) -> Hold:
     window = window_at(time.time())
     return Hold(
@@ -98,7 +102,11 @@ def _hold(
         else (WindowSpec(window.counter("tpm", "k1"), "tpm:k1", tpm, window.resets_in_s),),
         lease_until=time.time() + lease_s,
         labels=Labels("k1", "t", "ns", "tiny-lm"),
+        reserved_at=reserved_at,
     )
+
+
+LABELS = Labels("k1", "t", "ns", "tiny-lm", "req-1")
 
 
 def _settle(hold: Hold, prompt: int, completion: int, outcome: Outcome = Outcome.OK) -> Settlement:
@@ -181,11 +189,12 @@ async def test_expired_lease_is_charged_in_full(store: Store) -> None:
     assert [(r.group, r.cost_micro, r.completion_tokens) for r in rows] == [("tiny-lm", 210, 100)]
 
 
-async def test_spend_since_a_time_counts_only_the_later_settlements(store: Store) -> None:
-    old, new = _hold(10, 100, limit_micro=None), _hold(10, 5, limit_micro=None)
+async def test_spend_since_a_time_counts_only_the_later_requests(store: Store) -> None:
+    then = time.time()
+    old = _hold(10, 100, limit_micro=None, reserved_at=then - 86_400)
+    new = _hold(10, 5, limit_micro=None, reserved_at=then)
     for hold in (old, new):
         assert isinstance(await store.reserve(hold), Grant)
-    then = time.time()
     settled_old = _settle(old, 10, 100)
     assert await store.settle(replace(settled_old, at=then - 86_400))  # yesterday
     assert await store.settle(replace(_settle(new, 10, 5), at=then))
@@ -260,87 +269,114 @@ async def test_a_hold_of_nothing_that_costs_something_is_still_charged(
     assert isinstance(await store.reserve(_hold(10, 100, limit_micro=300)), Refusal)
 
 
-async def test_sqlite_settlements_share_one_transaction(tmp_path: Path) -> None:
-    store = SqliteStore(tmp_path / "gw.db")
-    try:
-        holds = [_hold(10, 100, limit_micro=1000) for _ in range(20)]
-        before = store.transactions
-        results = await asyncio.gather(*(store.reserve(h) for h in holds))
-        assert store.transactions == before + 1
-        # One transaction answers them in arrival order: the first four fit.
-        assert [isinstance(r, Grant) for r in results] == [True] * 4 + [False] * 16
-        granted = [h for h, r in zip(holds, results, strict=True) if isinstance(r, Grant)]
-        before = store.transactions
-        settled = await asyncio.gather(*(store.settle(_settle(h, 10, 20)) for h in granted))
-        assert settled == [True] * 4
-        assert store.transactions == before + 1
-        rows = await store.spend(Dimension.KEY)
-        assert [(r.cost_micro, r.requests) for r in rows] == [(4 * 50, 4)]
-    finally:
-        await store.close()
+async def _kept(request: pytest.FixtureRequest, store: Store) -> tuple[int, int, list[Any]]:
+    """What the store itself keeps: open reservations (SQLite rows; Redis `res:` hashes),
+    leases (SQLite: the same rows; Redis: `leases` members), and the ledger rows not yet
+    in PostgreSQL (SQLite: the ledger), as dicts with `at` and `reserved_at` as floats."""
+    kind = request.node.callspec.params["store"]
+    if kind == "sqlite":
+        assert isinstance(store, SqliteStore)
+        db = store._db
+        reservations = db.execute("SELECT COUNT(*) FROM reservations").fetchone()[0]
+        cur = db.execute("SELECT * FROM ledger ORDER BY reservation_id")
+        names = [d[0] for d in cur.description]
+        return reservations, reservations, [dict(zip(names, r, strict=True)) for r in cur]
+    import redis
+
+    cluster = kind == "redis-cluster-postgres"
+    prefix = "{gw}:" if cluster else "gw:"
+    with redis.Redis.from_url(
+        request.getfixturevalue("redis_cluster_url" if cluster else "redis_url")
+    ) as r:
+        hashes = len(list(r.scan_iter(match=f"{prefix}res:*", count=1000)))
+        leases = int(r.zcard(f"{prefix}leases"))
+        queued = [json.loads(row) for row in r.lrange(f"{prefix}ledger", 0, -1)]
+    for row in queued:  # the scripts queue times as strings, the store as numbers
+        for field in ("at", "reserved_at"):
+            row[field] = None if row.get(field) is None else float(row[field])
+    return hashes, leases, sorted(queued, key=lambda row: str(row["reservation_id"]))
 
 
-async def test_sqlite_reservation_carries_the_queued_settlements(tmp_path: Path) -> None:
-    store = SqliteStore(tmp_path / "gw.db")
-    try:
-        first = _hold(10, 100, limit_micro=300)  # the budget holds one reservation of 210
-        assert isinstance(await store.reserve(first), Grant)
-        before = store.transactions
-        settling = asyncio.create_task(store.settle(_settle(first, 10, 20)))
-        second = asyncio.create_task(store.reserve(_hold(10, 100, limit_micro=300)))
-        # The settlement is queued first; the reservation's transaction writes it, then
-        # reserves against the budget it released (300 - 50 >= 210; 300 - 210 < 210).
-        assert await second == Grant(100, 210, 110)
-        assert await settling
-        assert store.transactions == before + 1
-    finally:
-        await store.close()
-
-
-async def test_sqlite_reservation_cancelled_before_its_batch_holds_nothing(
-    tmp_path: Path,
+async def test_a_hold_of_nothing_is_kept_in_memory_and_settles_to_one_row(
+    store: Store, request: pytest.FixtureRequest
 ) -> None:
-    store = SqliteStore(tmp_path / "gw.db")
-    try:
-        loop = asyncio.get_running_loop()
-        task = asyncio.create_task(store.reserve(_hold(10, 100, limit_micro=300)))
-        loop.call_soon(task.cancel)  # before the end-of-turn batch, as for settlements
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        # Nothing was held: the whole budget still fits one reservation of 210.
-        assert await store.reserve(_hold(10, 100, limit_micro=300)) == Grant(100, 210, 110)
-    finally:
-        await store.close()
-
-
-async def test_sqlite_settlement_cancelled_before_its_batch_writes_nothing(
-    tmp_path: Path,
-) -> None:
-    store = SqliteStore(tmp_path / "gw.db")
-    try:
-        hold = _hold(10, 100, limit_micro=1000)
-        assert isinstance(await store.reserve(hold), Grant)
-        loop = asyncio.get_running_loop()
-        task = asyncio.create_task(store.settle(_settle(hold, 10, 20)))
-        # The task queues its settlement in this turn; the cancel runs before the batch
-        # (the loop's ready queue is FIFO), as a caller's deadline firing would.
-        loop.call_soon(task.cancel)
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        assert await store.spend(Dimension.KEY) == []
-        assert await store.settle(_settle(hold, 10, 20))  # still open: settles now
-    finally:
-        await store.close()
-
-
-async def test_an_expired_hold_of_nothing_is_ledgered_at_zero(store: Store) -> None:
-    """A hold of nothing (an OIP request) whose lease runs out is settled like any other:
-    one `expired` ledger row, charged 0; a late settlement finds it gone."""
-    nothing = _hold(0, 0, limit_micro=None, lease_s=-1.0)
+    """A reservation of 0 with no tokens in a window (an OIP request) writes no row, no
+    hash, no lease (redis_unheld, sqlite_ops); its settlement queues one ledger row, the
+    same row a priced settlement writes. A priced hold still gets its row or hash and lease."""
+    then = time.time()
+    nothing = replace(_hold(0, 0, limit_micro=None, rpm=5, reserved_at=then - 1), labels=LABELS)
+    priced = _hold(10, 100, limit_micro=1000)
     assert await store.reserve(nothing) == Grant(0, 0, 0)
-    assert await store.expire_leases(time.time()) == 1
-    assert await store.expire_leases(time.time()) == 0
+    assert await store.reserve(priced) == Grant(100, 210, 110)
+    assert await _kept(request, store) == (1, 1, [])  # the priced hold's alone
+    assert await store.settle(replace(_settle(nothing, 0, 0), at=then))
+    assert not await store.settle(_settle(nothing, 0, 0))  # settled: nothing to settle
+    assert await store.settle(_settle(priced, 10, 20))
+    open_holds, leases, rows = await _kept(request, store)
+    assert (open_holds, leases) == (0, 0)
+    by_id = {row["reservation_id"]: row for row in rows}
+    assert sorted(by_id) == sorted([nothing.reservation_id, priced.reservation_id])
+    assert by_id[nothing.reservation_id] == {
+        "reservation_id": nothing.reservation_id,
+        "request_id": "req-1",
+        "at": then,
+        "reserved_at": then - 1,
+        "key_id": "k1",
+        "team": "t",
+        "namespace": "ns",
+        "model": "tiny-lm",
+        "upstream": "pool",
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "cost_micro": 0,
+        "status": "ok",
+    }
+    assert by_id[priced.reservation_id]["cost_micro"] == 50
+    spent = await store.spend(Dimension.KEY)
+    assert [(r.cost_micro, r.requests) for r in spent] == [(50, 2)]
+
+
+async def test_holds_of_nothing_are_counted_and_refused_by_their_windows(
+    store: Store, request: pytest.FixtureRequest
+) -> None:
+    """No hash does not mean no limit: the rpm window counts each hold of nothing at
+    reserve and refuses past its limit, exactly as for priced holds; a tpm window is
+    charged none of their (zero) tokens."""
+    holds = [_hold(0, 0, limit_micro=None, rpm=2, tpm=100) for _ in range(3)]
+    first, second, third = [await store.reserve(h) for h in holds]
+    assert first == second == Grant(0, 0, 0)
+    assert isinstance(third, Refusal)
+    assert third.reason is RefusalReason.RPM
+    assert (await _kept(request, store))[:2] == (0, 0)
+    for hold in holds[:2]:
+        assert await store.settle(_settle(hold, 0, 0))
+    # A settlement gives no request back to the rpm window...
+    assert isinstance(await store.reserve(_hold(0, 0, limit_micro=None, rpm=2)), Refusal)
+    # ...and the tpm window holds all its 100 tokens for a priced request.
+    assert await store.reserve(_hold(0, 100, limit_micro=None, tpm=100)) == Grant(100, 200, 100)
+
+
+async def test_an_expired_hold_of_nothing_is_ledgered_at_zero(
+    store: Store, request: pytest.FixtureRequest
+) -> None:
+    """A hold of nothing (an OIP request) whose lease runs out is settled like any other,
+    by this process's lease sweep: one `expired` ledger row, charged 0; a late settlement
+    finds it gone."""
+    nothing = replace(_hold(0, 0, limit_micro=None, lease_s=-1.0, reserved_at=5.0), labels=LABELS)
+    assert await store.reserve(nothing) == Grant(0, 0, 0)
+    assert (await _kept(request, store))[:2] == (0, 0)
+    now = time.time()
+    assert await store.expire_leases(now) == 1
+    assert await store.expire_leases(now) == 0
     assert not await store.settle(_settle(nothing, 0, 0))
+    _, _, [row] = await _kept(request, store)
+    assert (row["status"], row["cost_micro"], row["at"], row["reserved_at"]) == (
+        "expired",
+        0,
+        now,
+        5.0,
+    )
+    assert (row["upstream"], row["request_id"]) == ("", "req-1")
     rows = await store.spend(Dimension.KEY)
     assert [(r.cost_micro, r.requests) for r in rows] == [(0, 1)]
 
@@ -368,30 +404,69 @@ async def test_sqlite_a_crashed_gateway_leaves_only_its_priced_holds(tmp_path: P
         await crashed.close()
 
 
-async def test_sqlite_a_failed_batch_changes_nothing_in_memory_either(tmp_path: Path) -> None:
-    """A batch is all or nothing, for the holds kept in memory too: a settlement in a
-    transaction that rolls back leaves its reservation open, and a reservation in it
-    holds nothing."""
-    from podserve.gateway.store.base import Charge, StoreUnavailable
+@pytest.mark.parametrize("cluster", [False, True], ids=["redis", "redis-cluster"])
+async def test_redis_a_crashed_replica_leaves_only_its_priced_holds(
+    request: pytest.FixtureRequest, cluster: bool
+) -> None:
+    """What a crash costs (redis_unheld): a priced reservation is a hash with a lease, so
+    another replica charges it in full when the lease runs out; a hold of nothing lived in
+    the crashed replica only, and is neither charged (it would be 0) nor ledgered."""
+    from podserve.gateway.store.redis_postgres import RedisPostgresStore
 
-    store = SqliteStore(tmp_path / "gw.db")
+    redis_url = request.getfixturevalue("redis_cluster_url" if cluster else "redis_url")
+    dsn = request.getfixturevalue("postgres_dsn")
+    reset_shared_store(redis_url, dsn)
+    crashed = RedisPostgresStore(redis_url, dsn, timeout_s=2.0, cluster=cluster)
+    successor = RedisPostgresStore(redis_url, dsn, timeout_s=2.0, cluster=cluster)
     try:
-        ok, clash = _hold(0, 0, limit_micro=None), _hold(0, 0, limit_micro=None)
-        assert isinstance(await store.reserve(ok), Grant)
-        assert isinstance(await store.reserve(clash), Grant)
-        # A ledger row already carries `clash`'s id: its settlement's INSERT fails, and
-        # with it the whole transaction it shares with `ok`'s settlement and a reservation.
-        await store.charge(Charge(_settle(clash, 1, 1), ("key:k1",), clash.labels))
-        late = _hold(0, 0, limit_micro=300, lease_s=-1.0)  # a limit: it goes to the batch
-        results = await asyncio.gather(
-            store.settle(_settle(ok, 0, 0)),
-            store.reserve(late),
-            store.settle(_settle(clash, 0, 0)),
-            return_exceptions=True,
-        )
-        assert [type(r) for r in results] == [StoreUnavailable] * 3
-        assert await store.settle(_settle(ok, 0, 0))  # still open: settles now
-        assert await store.expire_leases(time.time()) == 0  # `late` (lease over) never held
-        assert not await store.settle(_settle(late, 0, 0))
+        await crashed.setup()
+        await successor.setup()
+        priced = _hold(10, 100, limit_micro=1000, lease_s=-1.0)
+        nothing = _hold(0, 0, limit_micro=None, lease_s=-1.0)
+        assert isinstance(await crashed.reserve(priced), Grant)
+        assert isinstance(await crashed.reserve(nothing), Grant)
+        assert await successor.expire_leases(time.time()) == 1
+        import redis
+
+        with redis.Redis.from_url(redis_url) as r:  # the crashed writer's lock runs out (5 s)
+            r.delete(("{gw}:" if cluster else "gw:") + "ledger:writer")
+        rows = await successor.spend(Dimension.KEY)
+        assert [(r.cost_micro, r.requests) for r in rows] == [(210, 1)]
+        # The budget counts the expired hold: 1000 - 210 leaves room for 3 more, not 4.
+        more = [await successor.reserve(_hold(10, 100, limit_micro=1000)) for _ in range(4)]
+        assert [isinstance(r, Grant) for r in more] == [True, True, True, False]
+    finally:
+        await successor.close()
+        await crashed.close()
+
+
+async def test_redis_a_hold_of_nothing_whose_row_failed_stays_open(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis fails the RPUSH of a settlement: the hold stays open in memory, so a retried
+    settlement writes its row (else the sweep would), and the failure is reported."""
+    import redis.exceptions
+
+    from podserve.gateway.store.base import StoreUnavailable
+    from podserve.gateway.store.redis_postgres import RedisPostgresStore
+
+    redis_url, dsn = request.getfixturevalue("redis_url"), request.getfixturevalue("postgres_dsn")
+    reset_shared_store(redis_url, dsn)
+    store = RedisPostgresStore(redis_url, dsn, timeout_s=2.0)
+    try:
+        await store.setup()
+        nothing = _hold(0, 0, limit_micro=None)
+        assert isinstance(await store.reserve(nothing), Grant)
+
+        async def refused(*_: object) -> int:
+            raise redis.exceptions.ConnectionError("connection refused")
+
+        with monkeypatch.context() as patched:
+            patched.setattr(store._redis, "rpush", refused)
+            with pytest.raises(StoreUnavailable):
+                await store.settle(_settle(nothing, 0, 0))
+        assert await store.settle(_settle(nothing, 0, 0))
+        rows = await store.spend(Dimension.KEY)
+        assert [(r.cost_micro, r.requests) for r in rows] == [(0, 1)]
     finally:
         await store.close()

@@ -243,14 +243,16 @@ class Accounting:
             plan = HoldPlan(prompt, 0, 0, rate)
         limits = self._limits(key)
         rpm, tpm = self._windows(limits)
+        now = self._wall()  # one reading: the periods the scopes are named for are its
         hold = Hold(
             reservation_id=self._reservation_id(),
             plan=plan,
-            scopes=limits.scopes_at(self._wall()),
+            scopes=limits.scopes_at(now),
             rpm=rpm,
             tpm=tpm,
-            lease_until=self._wall() + self._config.defaults.lease_s,
+            lease_until=now + self._config.defaults.lease_s,
             labels=Labels(key.key_id, key.team, key.namespace, bill.model, request_id),
+            reserved_at=now,
         )
         local = False
         wait_until = self._mono() + self._config.defaults.budget_wait_s

@@ -67,6 +67,10 @@ class Hold:
     tpm: tuple[WindowSpec, ...]
     lease_until: float  # wall-clock seconds
     labels: Labels
+    # When the hold was made (wall-clock seconds): the time its periodic scopes were named
+    # at, so its ledger row counts in the period that charged it even when it settles in
+    # the next one (`spend --period`, the Redis rebuild). None: the store's clock at reserve.
+    reserved_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +126,8 @@ class Store(Protocol):
         ...
 
     async def spend(self, by: Dimension, since_wall_s: float | None = None) -> list[SpendRow]:
-        """The ledger grouped by `by`; only rows settled at or after `since_wall_s` if given."""
+        """The ledger grouped by `by`; only the requests reserved at or after `since_wall_s`
+        if given (rows written before ledgers kept that time: settled at or after it)."""
         ...
 
     async def close(self) -> None: ...

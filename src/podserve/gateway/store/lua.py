@@ -12,15 +12,26 @@ Keys (`gw:` prefix; `{gw}:` on Redis Cluster): `scope:<scope>` hash {c: committe
 reserved}; `win:<counter>` integer; `res:<id>` hash; `leases` sorted set by lease end;
 `ledger` list of JSON rows drained into PostgreSQL by one writer; `init` set once the
 committed counters are there.
+
+A hold of nothing (amount 0, no tokens in a tpm window: every OIP v2 request) gets no
+`res:` hash and no `leases` member: RESERVE only checks and counts its windows, and the
+replica that made it keeps it in memory and settles it with one RPUSH of its ledger row
+(`SETTLE_UNHELD` when it cost something after all). Why, and what a crash loses, is in
+`redis_unheld`.
 """
 
 from __future__ import annotations
+
+from typing import Any
+
+from podserve.gateway.budget import Grant, Refusal, RefusalReason, budget_retry_after_s
+from podserve.gateway.store.base import Hold
 
 # An empty Redis (restarted, flushed) answers 'init': the caller rebuilds the committed
 # counters from the ledger first, so a restart cannot hand out a spent budget again.
 # ARGV: ns nr nt | prompt maxn minn in_nano out_nano | scope limits (ns; "" = none) |
 #       rpm limits (nr) | tpm limits (nt) | res_id lease_until window_ttl labels_json
-#       | scope names (ns) | tpm counters (nt)
+#       (labels_json "": a hold of nothing, kept by the caller: no res hash, no lease)
 # KEYS: scope hashes (ns) | rpm counters (nr) | tpm counters (nt) | res hash | leases | init
 RESERVE = """
 if redis.call('EXISTS', KEYS[#KEYS]) == 0 then return {'init', 0, 0} end
@@ -53,7 +64,14 @@ end
 local amount = math.ceil((prompt * inn + n * outn) / 1000)
 local b = a + ns + nr + nt
 local res_id, lease, ttl, labels = ARGV[b], ARGV[b + 1], tonumber(ARGV[b + 2]), ARGV[b + 3]
-for i = 1, ns do redis.call('HINCRBY', KEYS[i], 'r', amount) end
+-- The caller decided from the plan that no grant can hold anything; checked before any
+-- write, so a hold that would hold money can never go without its lease.
+if labels == '' and (amount ~= 0 or (nt > 0 and prompt + n ~= 0)) then
+  return redis.error_reply('a hold of nothing would hold ' .. amount)
+end
+if amount ~= 0 then
+  for i = 1, ns do redis.call('HINCRBY', KEYS[i], 'r', amount) end
+end
 for i = 1, nr do
   redis.call('INCR', KEYS[ns + i]); redis.call('EXPIRE', KEYS[ns + i], ttl)
 end
@@ -61,6 +79,7 @@ for i = 1, nt do
   redis.call('INCRBY', KEYS[ns + nr + i], prompt + n)
   redis.call('EXPIRE', KEYS[ns + nr + i], ttl)
 end
+if labels == '' then return {'ok', n, amount} end
 local scopes, tpms = {}, {}
 for i = 1, ns do scopes[i] = KEYS[i] end
 for i = 1, nt do tpms[i] = KEYS[ns + nr + i] end
@@ -131,6 +150,15 @@ return #ids
 """
 )
 
+# A hold of nothing (kept by its replica, no res hash) that cost something after all:
+# commit the cost and queue its row in one step. KEYS: ledger, scope hashes...
+# ARGV: cost row_json. (One that cost nothing is a plain RPUSH.)
+SETTLE_UNHELD = """
+for i = 2, #KEYS do redis.call('HINCRBY', KEYS[i], 'c', tonumber(ARGV[1])) end
+redis.call('RPUSH', KEYS[1], ARGV[2])
+return 1
+"""
+
 # A charge recorded after the fact (fail-open spend): once per id. KEYS: marker, ledger.
 # ARGV: cost row_json scope keys...
 CHARGE = """
@@ -139,3 +167,27 @@ for i = 3, #ARGV do redis.call('HINCRBY', ARGV[i], 'c', tonumber(ARGV[1])) end
 redis.call('RPUSH', KEYS[2], ARGV[2])
 return 1
 """
+
+
+def verdict(hold: Hold, reply: list[Any]) -> Grant | Refusal:
+    """RESERVE's reply as `budget.grant` would have answered."""
+    plan = hold.plan
+    kind = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
+    if kind == "ok":
+        n, amount = int(reply[1]), int(reply[2])
+        return Grant(n, amount, plan.prompt_tokens + n)
+    index = int(reply[1]) - 1
+    if kind == "rpm":
+        w = hold.rpm[index]
+        return Refusal(RefusalReason.RPM, w.name, max(1, int(-(-w.resets_in_s // 1))))
+    if kind == "tpm":
+        w = hold.tpm[index]
+        return Refusal(RefusalReason.TPM, w.name, max(1, int(-(-w.resets_in_s // 1))))
+    pending = int(reply[2]) > 0  # as budget.grant decides it
+    scope = hold.scopes[index]
+    return Refusal(
+        RefusalReason.BUDGET,
+        scope.name,
+        budget_retry_after_s(scope.refills_in_s, pending),
+        pending,
+    )

@@ -1,7 +1,12 @@
 """The PostgreSQL half of the shared store, as SQL and row shapes: the tables (keys and
 the append-only ledger), how their rows become records, and the query that rebuilds
 Redis's committed counters from the ledger (an empty Redis: restarted or flushed), named
-as the live counters name their scopes."""
+as the live counters name their scopes.
+
+A ledger row carries its reservation's time (`reserved_at`) besides its settlement's
+(`at`): a request's periodic budget was charged in the period it was reserved in, so the
+rebuild and `spend` select by that time. Rows from before the column have NULL there and
+count by `at`, as they always did (`COALESCE`)."""
 
 from __future__ import annotations
 
@@ -24,7 +29,16 @@ CREATE TABLE IF NOT EXISTS gateway_ledger (
   key_id TEXT, team TEXT,
   namespace TEXT, model TEXT, upstream TEXT, prompt_tokens BIGINT NOT NULL,
   completion_tokens BIGINT NOT NULL, cost_micro BIGINT NOT NULL, status TEXT NOT NULL);
+ALTER TABLE gateway_ledger ADD COLUMN IF NOT EXISTS reserved_at DOUBLE PRECISION;
 """
+INSERT_LEDGER = (
+    b"INSERT INTO gateway_ledger (reservation_id, request_id, at, key_id, team, namespace, "
+    b"model, upstream, prompt_tokens, completion_tokens, cost_micro, status, reserved_at) "
+    b"VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) "
+    b"ON CONFLICT (reservation_id) DO NOTHING"
+)
+# The time a row counts at in a period (rows from before `reserved_at`: their settlement's).
+COUNTED_AT = "COALESCE(reserved_at, at)"
 KEY_COLUMNS = (
     "key_id, key_hash, team, namespace, models, budget_micro, rpm, tpm, expires_at, "
     "revoked, created_at, budget_period"
@@ -32,6 +46,9 @@ KEY_COLUMNS = (
 
 
 def ledger_row(row: dict[str, Any]) -> tuple[Any, ...]:
+    """A queued JSON row (redis_unheld.ledger_json, or lua.SETTLE's) as `INSERT_LEDGER`
+    takes it; a row queued before rows carried `reserved_at` has none (NULL)."""
+    reserved_at = row.get("reserved_at")
     return (
         str(row["reservation_id"]),
         row.get("request_id"),
@@ -45,6 +62,7 @@ def ledger_row(row: dict[str, Any]) -> tuple[Any, ...]:
         int(row["completion_tokens"]),
         int(row["cost_micro"]),
         str(row["status"]),
+        None if reserved_at is None else float(reserved_at),
     )
 
 
@@ -71,11 +89,11 @@ def key_record(row: tuple[Any, ...]) -> KeyRecord:
 def committed_query(now_wall_s: float) -> tuple[str, tuple[Any, ...]]:
     """Every scope's committed spend from the ledger, as the live counters name it: the
     lifetime scope (`key:<id>`) and, for each budget period, the current one
-    (`key:<id>@2026-12`, from the rows settled since it began; gateway/periods.py). Which
+    (`key:<id>@2026-12`, from the rows reserved within it; gateway/periods.py). Which
     keys, teams and namespaces have periodic budgets is not the store's to know, so every
     scope gets all four; the unused ones are never read. A request reserved just before a
-    boundary and settled after it counts in the new period here, where the live counters
-    had it in the old one: only after a rebuild, and never in the lifetime total."""
+    boundary and settled after it counts in the old period, as the live counters had it;
+    one reserved after the period (a replica whose clock runs ahead) in the next one."""
     parts: list[str] = []
     params: list[Any] = []
     for column, prefix in (("key_id", "key:"), ("team", "team:"), ("namespace", "namespace:")):
@@ -86,7 +104,7 @@ def committed_query(now_wall_s: float) -> tuple[str, tuple[Any, ...]]:
         for span in periodic_spans(now_wall_s):
             parts.append(
                 f"SELECT %s || {column} || %s, SUM(cost_micro) FROM gateway_ledger "
-                f"WHERE at >= %s GROUP BY {column}"
+                f"WHERE {COUNTED_AT} >= %s AND {COUNTED_AT} < %s GROUP BY {column}"
             )
-            params += [prefix, f"@{span.label}", span.start_s]
+            params += [prefix, f"@{span.label}", span.start_s, span.end_s]
     return " UNION ALL ".join(parts), tuple(params)

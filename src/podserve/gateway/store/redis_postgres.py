@@ -11,7 +11,13 @@ No replica ever updates a shared row in PostgreSQL, so there is no hot row to de
 insert and the trim only replays rows the conflict clause ignores.
 
 Redis is the authority for budgets; when it starts empty, the committed counters are
-rebuilt from the ledger before the first reservation (`_bootstrap`).
+rebuilt from the ledger before the first reservation (`_bootstrap`), each request in the
+period it was reserved in (the ledger row's `reserved_at`), as the live counters had it.
+
+A hold of nothing (amount 0, no tokens in a tpm window: every OIP v2 request) has no
+`res:` hash and no lease: the replica that made it keeps it in memory and settles it with
+one RPUSH of its ledger row. A replica that crashes loses only such a hold's `expired`
+ledger row of 0; why that is the whole trade is in `redis_unheld`.
 
 Redis Cluster (`redisCluster: true`): a script may touch only keys of one hash slot
 (redis.io/docs/latest/operate/oss_and_stack/reference/cluster-spec, "Hash tags"), and a
@@ -29,6 +35,7 @@ import contextlib
 import json
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -38,7 +45,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from podserve.gateway.budget import Grant, Refusal, RefusalReason, budget_retry_after_s
+from podserve.gateway.budget import Grant, Refusal
 from podserve.gateway.keys import KeyRecord
 from podserve.gateway.limits import WINDOW_S
 from podserve.gateway.store import lua
@@ -51,11 +58,21 @@ from podserve.gateway.store.base import (
     StoreUnavailable,
 )
 from podserve.gateway.store.postgres_sql import (
+    COUNTED_AT,
+    INSERT_LEDGER,
     KEY_COLUMNS,
     SCHEMA,
     committed_query,
     key_record,
     ledger_row,
+)
+from podserve.gateway.store.redis_unheld import (
+    Unheld,
+    UnheldHolds,
+    expired,
+    holds_nothing,
+    labels_json,
+    ledger_json,
 )
 
 _GROUP_COLUMN = {
@@ -74,7 +91,13 @@ class _Rebuilding(StoreUnavailable):
 
 class RedisPostgresStore:
     def __init__(
-        self, redis_url: str, postgres_dsn: str, timeout_s: float = 0.05, *, cluster: bool = False
+        self,
+        redis_url: str,
+        postgres_dsn: str,
+        timeout_s: float = 0.05,
+        *,
+        cluster: bool = False,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         # Socket timeouts end a call to a store that stopped answering (the client's
         # default is none). The request itself is refused at its own deadline by the
@@ -111,7 +134,10 @@ class RedisPostgresStore:
         self._settle = self._redis.register_script(lua.SETTLE)
         self._expire = self._redis.register_script(lua.EXPIRE)
         self._charge = self._redis.register_script(lua.CHARGE)
+        self._settle_unheld = self._redis.register_script(lua.SETTLE_UNHELD)
         self._writer_id = uuid.uuid4().hex
+        self._wall = wall  # UTC wall seconds: the periods a rebuild fills, a hold's time
+        self._unheld = UnheldHolds()  # this replica's holds of nothing (redis_unheld)
 
     # --- connections -----------------------------------------------------------------
     async def _conn(self) -> psycopg.AsyncConnection[Any]:
@@ -157,7 +183,7 @@ class RedisPostgresStore:
             if not await self._redis.set(lock, self._writer_id, nx=True, px=10_000):
                 raise _Rebuilding("another replica is rebuilding the budget counters")
             await self.drain_ledger()
-            rows = await self._sql(*committed_query(time.time()))
+            rows = await self._sql(*committed_query(self._wall()))
             async with self._redis.pipeline(transaction=True) as pipe:
                 for scope, total in rows:
                     pipe.hset(f"{self._k}scope:{scope}", "c", int(total))
@@ -207,28 +233,37 @@ class RedisPostgresStore:
 
     # --- budgets ---------------------------------------------------------------------
     async def reserve(self, hold: Hold) -> Grant | Refusal:
-        reply = await self._reserve_once(hold)
+        nothing = holds_nothing(hold)
+        reserved_at = self._wall() if hold.reserved_at is None else hold.reserved_at
+        scope_keys = [f"{self._k}scope:{s.name}" for s in hold.scopes]
+        labels = "" if nothing else labels_json(hold.labels, reserved_at)
+        reply = await self._reserve_once(hold, scope_keys, labels)
         if reply[0] in (b"init", "init"):
             await self._bootstrap()
-            reply = await self._reserve_once(hold)
-        return self._verdict(hold, reply)
+            reply = await self._reserve_once(hold, scope_keys, labels)
+        decision = lua.verdict(hold, reply)
+        if nothing and isinstance(decision, Grant):
+            # Granted without a hash or a lease: this replica settles or expires it.
+            self._unheld.keep(
+                hold.reservation_id,
+                Unheld(
+                    tuple(scope_keys),
+                    hold.labels,
+                    hold.plan.prompt_tokens,
+                    decision.max_tokens,
+                    hold.lease_until,
+                    reserved_at,
+                ),
+            )
+        return decision
 
-    async def _reserve_once(self, hold: Hold) -> list[Any]:
+    async def _reserve_once(self, hold: Hold, scope_keys: list[str], labels: str) -> list[Any]:
         plan = hold.plan
         keys = (
-            [f"{self._k}scope:{s.name}" for s in hold.scopes]
+            scope_keys
             + [f"{self._k}win:{w.counter}" for w in hold.rpm]
             + [f"{self._k}win:{w.counter}" for w in hold.tpm]
             + [f"{self._k}res:{hold.reservation_id}", self._leases, self._init]
-        )
-        labels = json.dumps(
-            {
-                "key_id": hold.labels.key_id,
-                "team": hold.labels.team,
-                "namespace": hold.labels.namespace,
-                "model": hold.labels.model,
-                "request_id": hold.labels.request_id,
-            }
         )
         args: list[str | int | float] = [
             len(hold.scopes),
@@ -253,30 +288,13 @@ class RedisPostgresStore:
             raise StoreUnavailable(f"redis: {exc}") from exc
         return reply
 
-    def _verdict(self, hold: Hold, reply: list[Any]) -> Grant | Refusal:
-        plan = hold.plan
-        verdict = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
-        if verdict == "ok":
-            n, amount = int(reply[1]), int(reply[2])
-            return Grant(n, amount, plan.prompt_tokens + n)
-        index = int(reply[1]) - 1
-        if verdict == "rpm":
-            w = hold.rpm[index]
-            return Refusal(RefusalReason.RPM, w.name, max(1, int(-(-w.resets_in_s // 1))))
-        if verdict == "tpm":
-            w = hold.tpm[index]
-            return Refusal(RefusalReason.TPM, w.name, max(1, int(-(-w.resets_in_s // 1))))
-        pending = int(reply[2]) > 0  # as budget.grant decides it
-        scope = hold.scopes[index]
-        return Refusal(
-            RefusalReason.BUDGET,
-            scope.name,
-            budget_retry_after_s(scope.refills_in_s, pending),
-            pending,
-        )
-
     async def settle(self, settlement: Settlement) -> bool:
         s = settlement
+        held = self._unheld.take(s.reservation_id)
+        if held is not None:
+            row = ledger_json(s, held.labels, held.reserved_at)
+            await self._queue_unheld([(s.reservation_id, held)], [row], s.cost_micro)
+            return True
         try:
             done = await self._settle(
                 keys=[f"{self._k}res:{s.reservation_id}", self._leases, self._ledger],
@@ -295,6 +313,13 @@ class RedisPostgresStore:
         return bool(done)
 
     async def expire_leases(self, now_wall_s: float) -> int:
+        due = self._unheld.due(now_wall_s)
+        if due:  # charged their amount, 0, as EXPIRE charges a hash's
+            rows = [
+                ledger_json(s, held.labels, held.reserved_at)
+                for (_, held), s in zip(due, expired(due, now_wall_s), strict=True)
+            ]
+            await self._queue_unheld(due, rows, 0)
         try:
             count = await self._expire(
                 keys=[self._k + "unused", self._leases, self._ledger],
@@ -302,26 +327,30 @@ class RedisPostgresStore:
             )
         except _REDIS_ERRORS as exc:
             raise StoreUnavailable(f"redis: {exc}") from exc
-        return int(count)
+        return int(count) + len(due)
+
+    async def _queue_unheld(
+        self, holds: list[tuple[str, Unheld]], rows: list[str], cost_micro: int
+    ) -> None:
+        """Queue the ledger rows of holds of nothing: one RPUSH of all of them, or, for a
+        settlement (one hold) that cost `cost_micro` after all, one script that also
+        commits that cost to its scopes."""
+        try:
+            if cost_micro:
+                [(_, held)] = holds
+                await self._settle_unheld(
+                    keys=[self._ledger, *held.scope_keys], args=[cost_micro, rows[0]]
+                )
+            else:
+                await self._redis.rpush(self._ledger, *rows)
+        except _REDIS_ERRORS as exc:
+            self._unheld.put_back(holds)
+            raise StoreUnavailable(f"redis: {exc}") from exc
 
     async def charge(self, charge: Charge) -> None:
-        s, labels = charge.settlement, charge.labels
-        row = json.dumps(
-            {
-                "reservation_id": s.reservation_id,
-                "request_id": labels.request_id,
-                "at": s.at,
-                "key_id": labels.key_id,
-                "team": labels.team,
-                "namespace": labels.namespace,
-                "model": labels.model,
-                "upstream": s.upstream,
-                "prompt_tokens": s.usage.prompt_tokens,
-                "completion_tokens": s.usage.completion_tokens,
-                "cost_micro": s.cost_micro,
-                "status": s.outcome.value,
-            }
-        )
+        s = charge.settlement
+        # No reservation time: the row counts in the period it was settled in.
+        row = ledger_json(s, charge.labels, None)
         try:
             await self._charge(
                 keys=[f"{self._k}charged:{s.reservation_id}", self._ledger],
@@ -349,12 +378,7 @@ class RedisPostgresStore:
                     conn = await self._conn()
                     try:
                         async with conn.transaction(), conn.cursor() as cur:
-                            await cur.executemany(
-                                b"INSERT INTO gateway_ledger VALUES "
-                                b"(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) "
-                                b"ON CONFLICT (reservation_id) DO NOTHING",
-                                rows,
-                            )
+                            await cur.executemany(INSERT_LEDGER, rows)
                     except psycopg.OperationalError as exc:
                         await conn.close()
                         raise StoreUnavailable(f"postgres: {exc}") from exc
@@ -368,7 +392,8 @@ class RedisPostgresStore:
         column = _GROUP_COLUMN[by]
         rows = await self._sql(
             f"SELECT {column}, SUM(cost_micro), SUM(prompt_tokens), SUM(completion_tokens), "
-            f"COUNT(*) FROM gateway_ledger WHERE at >= %s GROUP BY {column} ORDER BY {column}",
+            f"COUNT(*) FROM gateway_ledger WHERE {COUNTED_AT} >= %s "
+            f"GROUP BY {column} ORDER BY {column}",
             (float("-inf") if since_wall_s is None else since_wall_s,),
         )
         return [SpendRow(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows]

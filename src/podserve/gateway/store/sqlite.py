@@ -22,6 +22,10 @@ What each transaction writes, and why a hold of nothing has no row, is in `sqlit
 (the reserve and settle operations): one ledger row per settled request, a reservation row
 only when a lease would have something to charge, scope counters once per transaction.
 
+A ledger row carries its reservation's time (`reserved_at`) besides its settlement's
+(`at`), and `spend` selects by it: a periodic budget charged a request in the period it
+was reserved in, even when it settled in the next one (gateway/periods.py).
+
 The store is in process (`in_process`): a call cannot hang on a network, so the gateway
 puts no deadline on it (a deadline could only fire while the call waits for its loop turn,
 and would then charge a settled request in full through its lease).
@@ -32,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -68,14 +73,24 @@ CREATE TABLE IF NOT EXISTS reservations (
   id TEXT PRIMARY KEY, scopes TEXT NOT NULL, amount INTEGER NOT NULL, tpm TEXT NOT NULL,
   tpm_tokens INTEGER NOT NULL, prompt_tokens INTEGER NOT NULL, max_tokens INTEGER NOT NULL,
   lease_until REAL NOT NULL, key_id TEXT, team TEXT, namespace TEXT, model TEXT,
-  request_id TEXT);
+  request_id TEXT, reserved_at REAL);
 CREATE INDEX IF NOT EXISTS reservations_lease ON reservations (lease_until);
 CREATE TABLE IF NOT EXISTS ledger (
   reservation_id TEXT PRIMARY KEY, request_id TEXT, at REAL NOT NULL, key_id TEXT,
   team TEXT, namespace TEXT,
   model TEXT, upstream TEXT, prompt_tokens INTEGER NOT NULL,
-  completion_tokens INTEGER NOT NULL, cost_micro INTEGER NOT NULL, status TEXT NOT NULL);
+  completion_tokens INTEGER NOT NULL, cost_micro INTEGER NOT NULL, status TEXT NOT NULL,
+  reserved_at REAL);
 """
+# Columns added since the first schema, in order: (table, column, its definition). A file
+# made before one gets it, so an upgraded gateway opens the store it ran on: keys before
+# budget periods are lifetime; reservations and ledger rows from before `reserved_at` have
+# NULL there, and count in the period they were settled in, as they always did.
+_ADDED = (
+    ("keys", "budget_period", "TEXT NOT NULL DEFAULT 'lifetime'"),
+    ("reservations", "reserved_at", "REAL"),
+    ("ledger", "reserved_at", "REAL"),
+)
 
 T = TypeVar("T")
 _Op = Callable[[Tx], Any]
@@ -91,7 +106,7 @@ _GROUP_COLUMN = {
 class SqliteStore:
     in_process = True
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, wall: Callable[[], float] = time.time) -> None:
         if sqlite3.sqlite_version_info < (3, 35):  # DELETE ... RETURNING in sqlite_ops.settle
             raise StoreUnavailable(
                 f"sqlite store needs SQLite 3.35 or later; this Python has {sqlite3.sqlite_version}"
@@ -101,12 +116,13 @@ class SqliteStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
-            _add_budget_period(self._db)
+            _migrate(self._db)
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"sqlite store {path}: {exc}") from exc
         self._batch: list[tuple[_Op, asyncio.Future[Any]]] = []
         self._unheld: dict[str, Open] = {}  # reservations of nothing: no row (sqlite_ops)
         self.transactions = 0  # begun: what group commit saves
+        self._wall = wall  # a hold's time when its caller gave none (Hold.reserved_at)
 
     async def _queued(self, op: Callable[[Tx], T]) -> T:
         """Run `op` in this event-loop turn's transaction, after those queued before it."""
@@ -190,10 +206,11 @@ class SqliteStore:
     async def reserve(self, hold: Hold) -> Grant | Refusal:
         # A hold of nothing that nothing can refuse is answered now: it reads and writes
         # nothing, so it need not wait for the end of the turn.
-        found = reserve_without_sql(hold, self._unheld)
+        at = self._wall() if hold.reserved_at is None else hold.reserved_at
+        found = reserve_without_sql(hold, at, self._unheld)
         if found is not None:
             return found
-        return await self._queued(lambda tx: reserve_in(tx, hold))
+        return await self._queued(lambda tx: reserve_in(tx, hold, at))
 
     async def settle(self, settlement: Settlement) -> bool:
         return await self._queued(lambda tx: settle_in(tx, settlement))
@@ -228,13 +245,14 @@ class SqliteStore:
             if seen is not None:
                 return
             tx.add(charge.scopes, s.cost_micro, 0)
-            write_ledger(tx, s, labels)
+            write_ledger(tx, s, labels, None)  # no reservation: counts when it settled
 
     async def spend(self, by: Dimension, since_wall_s: float | None = None) -> list[SpendRow]:
         column = _GROUP_COLUMN[by]
         rows = self._db.execute(
             f"SELECT {column}, SUM(cost_micro), SUM(prompt_tokens), SUM(completion_tokens), "
-            f"COUNT(*) FROM ledger WHERE at >= ? GROUP BY {column} ORDER BY {column}",
+            f"COUNT(*) FROM ledger WHERE COALESCE(reserved_at, at) >= ? "
+            f"GROUP BY {column} ORDER BY {column}",
             (float("-inf") if since_wall_s is None else since_wall_s,),
         ).fetchall()
         return [SpendRow(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows]
@@ -243,12 +261,13 @@ class SqliteStore:
         self._db.close()
 
 
-def _add_budget_period(db: sqlite3.Connection) -> None:
-    """A file made before keys had a budget period gets the column (every key lifetime),
-    so an upgraded gateway opens the store it ran on."""
-    columns = {row[1] for row in db.execute("PRAGMA table_info(keys)")}
-    if "budget_period" not in columns:
-        db.execute("ALTER TABLE keys ADD COLUMN budget_period TEXT NOT NULL DEFAULT 'lifetime'")
+def _migrate(db: sqlite3.Connection) -> None:
+    """Add the columns `_ADDED` names that an older file lacks (ALTER TABLE appends, so
+    the column order is the same as in a file made with the current schema)."""
+    for table, column, definition in _ADDED:
+        columns = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        if column not in columns:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
 
 
 def _key(row: tuple[object, ...]) -> KeyRecord:

@@ -52,6 +52,7 @@ class Open:
     max_tokens: int
     lease_until: float
     labels: Labels
+    reserved_at: float | None  # None: a row from before the column (sqlite._ADDED)
 
 
 class Tx:
@@ -129,7 +130,7 @@ class Tx:
         self._unheld.update(self._added)
 
 
-def reserve_without_sql(hold: Hold, unheld: dict[str, Open]) -> Grant | None:
+def reserve_without_sql(hold: Hold, at: float, unheld: dict[str, Open]) -> Grant | None:
     """The grant of a hold that needs no SQL: no scope with a limit and no rate window
     (nothing can refuse it, `budget.grant`), and nothing to hold (its amount is 0). None
     when the reservation must go through a transaction."""
@@ -138,11 +139,12 @@ def reserve_without_sql(hold: Hold, unheld: dict[str, Open]) -> Grant | None:
     decision = grant(hold.plan, ())
     if not isinstance(decision, Grant) or decision.amount_micro:
         return None
-    unheld[hold.reservation_id] = _open(hold, decision)
+    unheld[hold.reservation_id] = _open(hold, decision, at)
     return decision
 
 
-def reserve(tx: Tx, hold: Hold) -> Grant | Refusal:
+def reserve(tx: Tx, hold: Hold, at: float) -> Grant | Refusal:
+    """Reserve `hold`, made at `at` (wall seconds; its ledger row's `reserved_at`)."""
     limited = [s.name for s in hold.scopes if s.limit_micro is not None]
     state = tx.scope_state(limited) if limited else {}
     budgets = [
@@ -173,14 +175,14 @@ def reserve(tx: Tx, hold: Hold) -> Grant | Refusal:
             [(w.counter, 1, expires) for w in hold.rpm]
             + [(w.counter, decision.tpm_tokens, expires) for w in hold.tpm],
         )
-    held = _open(hold, decision)
+    held = _open(hold, decision, at)
     if not decision.amount_micro:
         tx.keep(hold.reservation_id, held)  # nothing for a lease to charge: no row
         return decision
     tx.add(held.scopes, 0, decision.amount_micro)
     labels = hold.labels
     tx.db.execute(
-        "INSERT INTO reservations VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        "INSERT INTO reservations VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (
             hold.reservation_id,
             names_json(held.scopes),
@@ -195,6 +197,7 @@ def reserve(tx: Tx, hold: Hold) -> Grant | Refusal:
             labels.namespace,
             labels.model,
             labels.request_id,
+            held.reserved_at,
         ),
     )
     return decision
@@ -207,7 +210,8 @@ def settle(tx: Tx, s: Settlement) -> bool:
         # statement; a second settlement of the same id finds nothing and changes nothing.
         row = tx.db.execute(
             "DELETE FROM reservations WHERE id = ? RETURNING scopes, amount, tpm, tpm_tokens, "
-            "prompt_tokens, max_tokens, lease_until, key_id, team, namespace, model, request_id",
+            "prompt_tokens, max_tokens, lease_until, key_id, team, namespace, model, request_id, "
+            "reserved_at",
             (s.reservation_id,),
         ).fetchone()
         if row is None:
@@ -223,14 +227,15 @@ def settle(tx: Tx, s: Settlement) -> bool:
             f"UPDATE windows SET used = used - ? WHERE counter IN ({marks(list(held.tpm))})",
             (unused, *held.tpm),
         )
-    write_ledger(tx, s, held.labels)
+    write_ledger(tx, s, held.labels, held.reserved_at)
     return True
 
 
-def write_ledger(tx: Tx, s: Settlement, labels: Labels) -> None:
-    """The settlement's one ledger row (a settlement, a lease expiry, a late charge)."""
+def write_ledger(tx: Tx, s: Settlement, labels: Labels, reserved_at: float | None) -> None:
+    """The settlement's one ledger row (a settlement, a lease expiry, a late charge), with
+    the time of its reservation: the period its budget was charged in."""
     tx.db.execute(
-        "INSERT INTO ledger VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+        "INSERT INTO ledger VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (
             s.reservation_id,
             labels.request_id,
@@ -244,13 +249,14 @@ def write_ledger(tx: Tx, s: Settlement, labels: Labels) -> None:
             s.usage.completion_tokens,
             s.cost_micro,
             s.outcome.value,
+            reserved_at,
         ),
     )
 
 
 def from_row(row: Any) -> Open:
     """A `reservations` row (the columns `settle` returns, typed by the schema)."""
-    scopes, amount, tpm, tpm_tokens, prompt, max_tokens, lease, *labels = row
+    scopes, amount, tpm, tpm_tokens, prompt, max_tokens, lease, *labels, reserved_at = row
     return Open(
         names_of(scopes),
         amount,
@@ -260,10 +266,11 @@ def from_row(row: Any) -> Open:
         max_tokens,
         lease,
         Labels(*labels),
+        reserved_at,
     )
 
 
-def _open(hold: Hold, decision: Grant) -> Open:
+def _open(hold: Hold, decision: Grant, at: float) -> Open:
     return Open(
         tuple([s.name for s in hold.scopes]),
         decision.amount_micro,
@@ -273,6 +280,7 @@ def _open(hold: Hold, decision: Grant) -> Open:
         decision.max_tokens,
         hold.lease_until,
         hold.labels,
+        at,
     )
 
 
