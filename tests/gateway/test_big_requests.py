@@ -25,7 +25,7 @@ from podserve.gateway import counting
 from podserve.gateway.app import Gateway
 from podserve.gateway.store.base import Dimension
 from podserve.gateway.stores import open_store
-from podserve.gateway.tokens import TokenizerCount
+from podserve.gateway.tokens import ByteBound, TokenizerCount
 from podserve.gateway.usage import FULL_PARSE_MAX_BYTES
 from tests.gateway.conftest import Pods, base_config
 from tests.gateway.support import create_key
@@ -215,10 +215,45 @@ async def test_a_large_embeddings_response_is_billed_from_its_usage(gw: InProces
     assert response.status_code == 200, response.text
     assert len(response.content) > FULL_PARSE_MAX_BYTES
     reported = response.json()["usage"]["prompt_tokens"]
+    assert await _held_prompt_tokens(gw) == reported
+
+
+async def test_a_response_past_max_response_bytes_is_a_502_charged_its_hold(
+    pods: Pods, tmp_path: Path
+) -> None:
+    """The embeddings answer (~15 KB for two inputs) is over the 4 KiB cap: not held whole,
+    a 502 naming the cap, and the ledger charges what the reservation held (the pod did
+    the work; its usage was in the body not read)."""
+    async for gw in _in_process(pods, tmp_path, maxResponseBytes=4096):
+        response = await gw.client.post(
+            "/v1/embeddings", json={"model": "minilm", "input": ["a b", "c d"]}, headers=gw.headers
+        )
+        assert response.status_code == 502
+        assert "maxResponseBytes" in response.json()["error"]["message"]
+        held = await _held_prompt_tokens(gw)
+        assert held == ByteBound().count(["a b", "c d"])  # minilm has no tokenizer configured
+        small = await gw.client.post(
+            "/v2/models/iris/infer",
+            json={
+                "inputs": [
+                    {
+                        "name": "features",
+                        "shape": [1, 4],
+                        "datatype": "FP32",
+                        "data": [5.1, 3.5, 1.4, 0.2],
+                    }
+                ]
+            },
+            headers=gw.headers,
+        )
+        assert small.status_code == 200, small.text  # a small answer passes the cap
+
+
+async def _held_prompt_tokens(gw: InProcess) -> int:
     for _ in range(400):  # settlement runs after the response (and SQLite commits in groups)
         rows = await gw.gateway.accounting.store.spend(Dimension.MODEL)
-        minilm = [r.prompt_tokens for r in rows if r.group == "minilm"]
-        if minilm:
-            break
+        found = [r.prompt_tokens for r in rows if r.group == "minilm"]
+        if found:
+            return found[0]
         await asyncio.sleep(0.025)
-    assert minilm == [reported]
+    raise AssertionError("no ledger row for minilm")

@@ -13,7 +13,7 @@ import pytest
 from podserve.gateway import counting
 from podserve.gateway.budget import Usage
 from podserve.gateway.counting import PromptCounting
-from podserve.gateway.usage import FULL_PARSE_MAX_BYTES, reported_usage
+from podserve.gateway.usage import FULL_PARSE_MAX_BYTES, billed_usage, reported_usage
 
 FILLER = [{"index": i, "embedding": [0.125] * 384} for i in range(64)]
 
@@ -81,6 +81,16 @@ def test_no_usage_or_broken_json_is_none() -> None:
     assert reported_usage(_body()) is None
     assert reported_usage(b"{not json") is None
     assert reported_usage(_body(usage={"prompt_tokens": 1})[:-20]) is None
+
+
+def test_without_usage_every_choice_is_charged_its_cap() -> None:
+    """n=3 choices of 16 tokens held 48: a response without usage is charged all of it
+    (before, the non-streamed fallback charged one choice's cap)."""
+    assert billed_usage(b'{"choices": []}', 5, 16, 3) == Usage(5, 48)
+    assert billed_usage(b'{"usage": {"prompt_tokens": 5, "completion_tokens": 9}}', 5, 16, 3) == (
+        Usage(5, 9)
+    )
+    assert billed_usage(b"{}", 7, None, 1) == Usage(7, 0)
 
 
 class HeldCounter:

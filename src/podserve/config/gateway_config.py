@@ -223,6 +223,12 @@ class GatewayConfig(_Section):
     max_body_bytes: int = Field(
         16 * 1024 * 1024, ge=1024, description="Larger request bodies are refused (413)."
     )
+    max_response_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=1024,
+        description="A non-streamed upstream response larger than this is not held: 502, "
+        "charged its reservation (the upstream did the work; its usage was not read).",
+    )
     max_in_flight: int = Field(
         2048,
         ge=1,

@@ -28,9 +28,15 @@ from podserve.gateway.errors import (
     ModelForbidden,
     Overloaded,
     UnknownModel,
-    UpstreamFailed,
 )
-from podserve.gateway.forward import UPSTREAM_ERRORS, Attempted, Forwarder
+from podserve.gateway.forward import (
+    UPSTREAM_ERRORS,
+    Attempted,
+    Forwarder,
+    ResponseTooLarge,
+    read_bounded,
+    upstream_failed,
+)
 from podserve.gateway.inflight import InFlight, Ticket
 from podserve.gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from podserve.gateway.relay import relay_stream
@@ -39,7 +45,7 @@ from podserve.gateway.routing import Router
 from podserve.gateway.scrape import Scraper
 from podserve.gateway.sse import EventRelay, StreamTally
 from podserve.gateway.store.base import Outcome, Store
-from podserve.gateway.usage import reported_usage
+from podserve.gateway.usage import billed_usage, held_usage
 from podserve.gateway.wire import (
     BadRequest,
     Billable,
@@ -192,10 +198,10 @@ class Gateway:
             return self._refuse(exc, started)
         response = attempt.response
         try:
-            content = await response.read()
-        except UPSTREAM_ERRORS as exc:
+            content = await read_bounded(response, self.config.max_response_bytes)
+        except (*UPSTREAM_ERRORS, ResponseTooLarge) as exc:
             self.forwarder.finished(attempt, False)
-            return self._refuse(UpstreamFailed(f"upstream failed: {exc}"), started)
+            return self._refuse(upstream_failed(exc), started)
         finally:
             response.release()
         self.forwarder.finished(attempt, response.status < 500)
@@ -261,20 +267,29 @@ class Gateway:
             await self._stream(call, attempt, admission, bill, started, rid)
             return None
         try:
-            content = await response.read()
-        except UPSTREAM_ERRORS as exc:
+            content = await read_bounded(response, self.config.max_response_bytes)
+        except (*UPSTREAM_ERRORS, ResponseTooLarge) as exc:
             self.forwarder.finished(attempt, False)
-            await self._settle(admission, Usage(0, 0), Outcome.ERROR, attempt.target.upstream, 502)
-            return self._refuse(UpstreamFailed(f"upstream failed: {exc}"), started)
+            # Too large: the upstream did the work, and its usage is in the body not read.
+            usage = (
+                held_usage(admission.prompt_tokens, admission.max_tokens, bill.choices)
+                if isinstance(exc, ResponseTooLarge)
+                else Usage(0, 0)
+            )
+            await self._settle(admission, usage, Outcome.ERROR, attempt.target.upstream, 502)
+            return self._refuse(upstream_failed(exc), started)
         finally:
             response.release()
         upstream_s = attempt.upstream_s
         self.forwarder.finished(attempt, response.status < 500)
-        if endpoint is Endpoint.V2:  # no tokens to bill: the body is not parsed
+        outcome = Outcome.ERROR if response.status >= 400 else Outcome.OK
+        if endpoint is Endpoint.V2 or outcome is Outcome.ERROR:
+            # v2: no tokens to bill (the body is not parsed); an error generated nothing
             usage = Usage(0, 0)
-            outcome = Outcome.ERROR if response.status >= 400 else Outcome.OK
         else:
-            usage, outcome = self._usage_of(content, response.status, admission)
+            usage = billed_usage(
+                content, admission.prompt_tokens, admission.max_tokens, bill.choices
+            )
         reply = self._json(
             content,
             response.status,
@@ -311,7 +326,8 @@ class Gateway:
             elif outcome is Outcome.CANCELLED:
                 usage, final = Usage(admission.prompt_tokens, tally.tokens_sent), outcome
             else:  # finished without a usage chunk: charge the whole hold
-                usage, final = self._hold_usage(admission, bill), Outcome.OK
+                held = held_usage(admission.prompt_tokens, admission.max_tokens, bill.choices)
+                usage, final = held, Outcome.OK
             await self._settle(admission, usage, final, upstream, 200)
 
         overhead_ms = (time.perf_counter() - started - attempt.upstream_s) * 1000
@@ -332,22 +348,6 @@ class Gateway:
         )
 
     # --- helpers ---------------------------------------------------------------------
-    @staticmethod
-    def _hold_usage(admission: Admission, bill: Billable) -> Usage:
-        cap = (admission.max_tokens or 0) * bill.choices
-        return Usage(admission.prompt_tokens, cap)
-
-    @staticmethod
-    def _usage_of(content: bytes, status: int, admission: Admission) -> tuple[Usage, Outcome]:
-        if status >= 400:
-            return Usage(0, 0), Outcome.ERROR  # nothing generated, nothing charged
-        reported = reported_usage(content)
-        if reported is not None:
-            return reported, Outcome.OK
-        if admission.max_tokens is None:
-            return Usage(admission.prompt_tokens, 0), Outcome.OK  # v2: no tokens to bill
-        return Usage(admission.prompt_tokens, admission.max_tokens), Outcome.OK
-
     async def _settle(
         self, admission: Admission, usage: Usage, outcome: Outcome, upstream: str, code: int
     ) -> None:

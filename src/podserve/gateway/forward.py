@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import aiohttp
 from yarl import URL
 
-from podserve.gateway.errors import NoUpstream
+from podserve.gateway.errors import NoUpstream, UpstreamFailed
 from podserve.gateway.metrics import GatewayMetrics
 from podserve.gateway.retry_budget import RetryBudget
 from podserve.gateway.routing import Router, Target
@@ -41,6 +41,33 @@ class Attempted:
 
 
 UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+
+class ResponseTooLarge(Exception):
+    """A non-streamed upstream body past `maxResponseBytes`: not held whole in memory."""
+
+
+async def read_bounded(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The upstream's whole body, refused (ResponseTooLarge) as soon as it passes `limit`
+    bytes, by its Content-Length or as it arrives, instead of being held whole."""
+    declared = response.content_length
+    if declared is not None and declared > limit:
+        raise ResponseTooLarge(f"{declared} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            raise ResponseTooLarge(f"over {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def upstream_failed(exc: BaseException) -> UpstreamFailed:
+    """The 502 for an upstream that answered but whose body could not be had."""
+    if isinstance(exc, ResponseTooLarge):
+        return UpstreamFailed(f"upstream failed: response over maxResponseBytes ({exc})")
+    return UpstreamFailed(f"upstream failed: {exc or type(exc).__name__}")
 
 
 def _payload(body: bytes) -> bytes | io.BytesIO:

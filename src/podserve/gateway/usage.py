@@ -24,6 +24,18 @@ FULL_PARSE_MAX_BYTES = 64 * 1024
 _USAGE_OBJECT_MAX_BYTES = 4096  # usage and its *_tokens_details: a few hundred bytes
 
 
+def held_usage(prompt_tokens: int, max_tokens: int | None, choices: int) -> Usage:
+    """What a reservation held: the prompt and every choice's whole output cap."""
+    return Usage(prompt_tokens, (max_tokens or 0) * choices)
+
+
+def billed_usage(content: bytes, prompt_tokens: int, max_tokens: int | None, choices: int) -> Usage:
+    """A successful non-streamed response's usage: as the upstream reports it, else what
+    the reservation held (never less than it could have generated)."""
+    reported = reported_usage(content)
+    return reported if reported is not None else held_usage(prompt_tokens, max_tokens, choices)
+
+
 def reported_usage(content: bytes) -> Usage | None:
     """The upstream's usage, when it reports one (prompt_tokens an int)."""
     usage: Any
