@@ -58,6 +58,7 @@ from table_measure import (
     interleaved,
     load_average,
     measure_grpc,
+    measure_grpc_stream,
     measure_rest,
     with_batches,
 )
@@ -87,6 +88,7 @@ CONTENDERS = {
     "off": "podserve-off",
     "fastapi": "fastapi",
     "grpc": "podserve-on grpc",
+    "grpc-stream": "podserve-on grpc stream",
 }
 
 
@@ -104,12 +106,15 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     with contextlib.ExitStack() as stack:
         procs: dict[str, servers.ServerProcess] = {}
         grpc_procs: dict[str, servers.ServerProcess] = {}
-        if only & {"on", "grpc"}:
+        stream_procs: dict[str, servers.ServerProcess] = {}
+        if only & {"on", "grpc", "grpc-stream"}:
             pod_on = stack.enter_context(podserve_server("podserve-on", on, logs))
             if "on" in only:
                 procs["podserve-on"] = pod_on
             if "grpc" in only:
                 grpc_procs["podserve-on grpc"] = pod_on
+            if "grpc-stream" in only:
+                stream_procs["podserve-on grpc stream"] = pod_on
         if "off" in only:
             off = repository(scratch / "off", models, batching=False)
             procs["podserve-off"] = stack.enter_context(podserve_server("podserve-off", off, logs))
@@ -152,6 +157,10 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
                 for name, proc in grpc_procs.items():
                     contenders[name] = _batches(
                         proc, workload, _grpc(proc, workload, concurrency, budget)
+                    )
+                for name, proc in stream_procs.items():
+                    contenders[name] = _batches(
+                        proc, workload, _grpc(proc, workload, concurrency, budget, stream=True)
                     )
                 found = interleaved(contenders, args.rounds, Step.line)
                 steps[f"{workload}_c{concurrency}"] = {
@@ -232,10 +241,15 @@ def _peers(text: str) -> list[str]:
 
 
 def _grpc(
-    proc: servers.ServerProcess, workload: str, concurrency: int, budget: Budget
+    proc: servers.ServerProcess,
+    workload: str,
+    concurrency: int,
+    budget: Budget,
+    stream: bool = False,
 ) -> Callable[[], Step]:
     port: int = proc.grpc_port  # type: ignore[attr-defined]
-    return lambda: measure_grpc(port, proc.pid, workload, concurrency, budget, workload)
+    measure = measure_grpc_stream if stream else measure_grpc
+    return lambda: measure(port, proc.pid, workload, concurrency, budget, workload)
 
 
 def _variant(text: str) -> tuple[str, dict[str, str]]:
@@ -266,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
         choices=sorted(CONTENDERS),
         default=sorted(CONTENDERS),
         help="contenders to run (default all): raw = the model in this process, on/off = "
-        "podserve REST with batching on/off, fastapi, grpc = podserve (on) over gRPC; "
+        "podserve REST with batching on/off, fastapi, grpc = podserve (on) over gRPC, "
+        "grpc-stream = the same over ModelStreamInfer (8 streams at c=64); "
         "variants run on the edges selected among on and grpc",
     )
     parser.add_argument(

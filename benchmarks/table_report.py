@@ -11,6 +11,9 @@ from typing import Any
 
 from peers.contenders import LABELS as PEER_LABELS
 
+# Triton's streaming gRPC API as the benchmark drives it (table_measure.GRPC_STREAMS).
+STREAM = "podserve-on grpc stream"
+
 
 def summary_table(result: dict[str, Any]) -> str:
     raw, steps = result["raw"], result["steps"]
@@ -36,7 +39,15 @@ def summary_table(result: dict[str, Any]) -> str:
         f"{limit('w1', 'b32_items_s', ',.0f')} items/s (b32) | {limit('w2', 'c1_p50_ms', '.1f')} "
         f"| {limit('w2', 'b32_items_s', ',.0f')} items/s (b32) | — | — |",
     ]
-    known = {"raw", "podserve-on", "podserve-off", "fastapi", "podserve-on grpc", *PEER_LABELS}
+    known = {
+        "raw",
+        "podserve-on",
+        "podserve-off",
+        "fastapi",
+        "podserve-on grpc",
+        STREAM,
+        *PEER_LABELS,
+    }
     variants = sorted({n for by in steps.values() for n in by} - known)
     idle_cpu = result.get("idle_cpu_cores", {})
     exits = result.get("sigterm_exit_s", {})
@@ -46,6 +57,7 @@ def summary_table(result: dict[str, Any]) -> str:
         *((v, f"{v} (variant, batching on)", v) for v in variants),
         ("fastapi", "hand-rolled FastAPI", "fastapi-w1"),
         ("podserve-on grpc", "podserve on, gRPC", None),
+        (STREAM, "podserve on, gRPC stream (ModelStreamInfer)", None),
         *((peer, label, None) for peer, label in PEER_LABELS.items()),
     ):
         if not any(name in by for by in steps.values()):
@@ -101,6 +113,10 @@ def ratios(result: dict[str, Any]) -> list[tuple[str, float, str, bool]]:
         ("W2 c=64 req/s: gRPC ÷ REST", "w2_c64", grpc, on, "rps", "≥ 1", False),
         ("W1 c=64 req/s ÷ FastAPI", "w1_c64", on, "fastapi", "rps", "≥ 1.5", False),
         ("W1 c=64 req/s: gRPC ÷ REST", "w1_c64", grpc, on, "rps", "≥ 1", False),
+        ("W1 c=1 p50: gRPC stream ÷ REST", "w1_c1", STREAM, on, "p50_ms", "≤ 1", True),
+        ("W1 c=64 req/s: gRPC stream ÷ REST", "w1_c64", STREAM, on, "rps", "≥ 1", False),
+        ("W2 c=1 p50: gRPC stream ÷ REST", "w2_c1", STREAM, on, "p50_ms", "≤ 1", True),
+        ("W2 c=64 req/s: gRPC stream ÷ REST", "w2_c64", STREAM, on, "rps", "≥ 1", False),
     ]
     for key in ("w1_c1", "w1_c64", "w2_c1", "w2_c64"):
         label = key.replace("_c", " c=").upper().replace("C=", "c=")
@@ -118,7 +134,7 @@ def ratios(result: dict[str, Any]) -> list[tuple[str, float, str, bool]]:
         wanted.append(
             (f"{label} CPU per request: server ÷ raw", key, on, "raw", "cpu_ms", "(report)", True)
         )
-    others = {"raw", on, "podserve-off", "fastapi", grpc, *PEER_LABELS}
+    others = {"raw", on, "podserve-off", "fastapi", grpc, STREAM, *PEER_LABELS}
     variants = sorted({n for by in steps.values() for n in by} - others)
     for peer in PEER_LABELS:  # podserve (batching on) against each peer measured
         if not any(peer in by for by in steps.values()):
