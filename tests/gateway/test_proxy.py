@@ -370,6 +370,10 @@ def test_the_edge_answers_unknown_routes_and_methods_with_json(
             content=chunks(json.dumps({"model": "tiny-lm", "prompt": "x" * 70_000}).encode(), 4096),
             headers=auth,
         )
+        own = [http.get(path) for path in ("/healthz", "/ready", "/metrics")]
+    # Every response carries the overhead header: the app's own refusals and routes too.
+    for reply in (unknown, wrong_method, bad_v2, empty_name, too_big, *own):
+        assert float(reply.headers["x-podserve-gateway-overhead-ms"]) >= 0, reply.text
     for reply in (unknown, bad_v2, empty_name):
         assert reply.status_code == 404, reply.text
         assert reply.json()["error"]["type"] == "invalid_request_error"

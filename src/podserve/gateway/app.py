@@ -143,14 +143,18 @@ class Gateway:
         routes.add_v2("GET", "ready", self._v2_metadata)
         routes.add_v2("POST", "infer", self._v2_infer)
         routes.add_v2("POST", "versions/infer", self._v2_infer)
-        return App(routes, self.startup, self.shutdown)
+        return App(routes, self.startup, self.shutdown, _OVERHEAD)
 
     # --- small routes ----------------------------------------------------------------
+    # Own routes carry the overhead header too, kept out of its histogram (not proxied).
     async def _ok(self, _call: Call) -> Reply:
-        return Reply(200, b'{"status":"ok"}')
+        return Reply(200, b'{"status":"ok"}', headers=[(_OVERHEAD, b"0.000")])
 
     async def _metrics(self, _call: Call) -> Reply:
-        return Reply(200, self.metrics.exposition(), CONTENT_TYPE.encode())
+        started = time.perf_counter()
+        body = self.metrics.exposition()
+        took = f"{(time.perf_counter() - started) * 1000:.3f}".encode()
+        return Reply(200, body, CONTENT_TYPE.encode(), [(_OVERHEAD, took)])
 
     async def _models(self, call: Call) -> Reply:
         started = time.perf_counter()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -160,10 +161,21 @@ class App:
         routes: Routes,
         startup: Callable[[], Awaitable[None]],
         shutdown: Callable[[], Awaitable[None]],
+        overhead_header: bytes | None = None,
     ) -> None:
         self._routes = routes
         self._startup = startup
         self._shutdown = shutdown
+        # Stamped on the app's own refusals (404, 405, 500) with the time they took, so
+        # that every response carries it; handlers stamp their own replies.
+        self._overhead_header = overhead_header
+
+    def _refusal(self, status: int, message: str, started: float) -> Reply:
+        reply = _error(status, message)
+        if self._overhead_header is not None:
+            elapsed_ms = (time.perf_counter() - started) * 1000
+            reply.headers.append((self._overhead_header, f"{elapsed_ms:.3f}".encode()))
+        return reply
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -173,14 +185,15 @@ class App:
             await self._lifespan(receive, send)
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.perf_counter()
         matched = self._routes.match(scope["path"])
         if matched is None:
-            await _error(404, f"no route {scope['path']}").send_to(send)
+            await self._refusal(404, f"no route {scope['path']}", started).send_to(send)
             return
         methods, params = matched
         handler = methods.get(scope["method"])
         if handler is None:
-            refusal = _error(405, f"method {scope['method']} not allowed here")
+            refusal = self._refusal(405, f"method {scope['method']} not allowed here", started)
             refusal.headers.append((b"allow", ", ".join(sorted(methods)).encode()))
             await refusal.send_to(send)
             return
@@ -198,7 +211,7 @@ class App:
             # start with RuntimeError (uvicorn/protocols/http/httptools_impl.py, send) and
             # closes the connection, which is all that is left to do.
             with contextlib.suppress(RuntimeError):
-                await _error(500, "internal gateway error").send_to(send)
+                await self._refusal(500, "internal gateway error", started).send_to(send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
