@@ -10,6 +10,8 @@ old counting on the loop, nothing could answer `/healthz` while the gate was shu
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -69,6 +71,7 @@ class InProcess:
     headers: dict[str, str]
 
 
+@contextlib.asynccontextmanager
 async def _in_process(pods: Pods, workdir: Path, **overrides: Any) -> AsyncIterator[InProcess]:
     key_flags = overrides.pop("_key_flags", ())
     config_dict = base_config(pods, store={"kind": "sqlite", "path": str(workdir / "gw.db")})
@@ -93,7 +96,7 @@ async def _in_process(pods: Pods, workdir: Path, **overrides: Any) -> AsyncItera
 
 @pytest.fixture
 async def gw(pods: Pods, tmp_path: Path) -> AsyncIterator[InProcess]:
-    async for found in _in_process(pods, tmp_path):
+    async with _in_process(pods, tmp_path) as found:
         yield found
 
 
@@ -152,7 +155,7 @@ async def test_the_byte_bound_reserves_at_least_the_tokens(
 ) -> None:
     """A key with USD 1 of budget at USD 1 per million input tokens: a prompt of over a
     million bytes, too long to tokenize, is refused on its byte bound alone."""
-    async for gw in _in_process(pods, tmp_path, _key_flags=("--budget-usd", "1")):
+    async with _in_process(pods, tmp_path, _key_flags=("--budget-usd", "1")) as gw:
         huge = "a" * 1_000_001 + "b" * (counting.MAX_BACKLOG_CHARS)
         response = await gw.client.post(
             "/v1/completions", json=completion(huge), headers=gw.headers
@@ -165,7 +168,7 @@ async def test_the_byte_bound_reserves_at_least_the_tokens(
 async def test_requests_past_max_in_flight_are_refused_before_their_body(
     pods: Pods, tmp_path: Path, gate: Gate
 ) -> None:
-    async for gw in _in_process(pods, tmp_path, maxInFlight=1):
+    async with _in_process(pods, tmp_path, maxInFlight=1) as gw:
         held = asyncio.create_task(
             gw.client.post("/v1/completions", json=completion(LONG_PROMPT), headers=gw.headers)
         )
@@ -189,7 +192,7 @@ async def test_requests_past_max_in_flight_are_refused_before_their_body(
 
 async def test_body_bytes_in_flight_are_bounded(pods: Pods, tmp_path: Path, gate: Gate) -> None:
     limit = 64 * 1024
-    async for gw in _in_process(pods, tmp_path, maxBodyBytes=limit, maxBodyBytesInFlight=limit):
+    async with _in_process(pods, tmp_path, maxBodyBytes=limit, maxBodyBytesInFlight=limit) as gw:
         big = completion(LONG_PROMPT + " " * (40 * 1024))  # counted off the loop: held at the gate
         held = asyncio.create_task(gw.client.post("/v1/completions", json=big, headers=gw.headers))
         await until(gate.entered)
@@ -224,7 +227,7 @@ async def test_a_response_past_max_response_bytes_is_a_502_charged_its_hold(
     """The embeddings answer (~15 KB for two inputs) is over the 4 KiB cap: not held whole,
     a 502 naming the cap, and the ledger charges what the reservation held (the pod did
     the work; its usage was in the body not read)."""
-    async for gw in _in_process(pods, tmp_path, maxResponseBytes=4096):
+    async with _in_process(pods, tmp_path, maxResponseBytes=4096) as gw:
         response = await gw.client.post(
             "/v1/embeddings", json={"model": "minilm", "input": ["a b", "c d"]}, headers=gw.headers
         )
@@ -257,3 +260,58 @@ async def _held_prompt_tokens(gw: InProcess) -> int:
             return found[0]
         await asyncio.sleep(0.025)
     raise AssertionError("no ledger row for minilm")
+
+
+async def test_a_response_not_yet_sent_still_counts_in_flight(pods: Pods, tmp_path: Path) -> None:
+    """A client that does not read its response keeps the request in flight: the gateway
+    still holds the body. Driven through the gateway's ASGI app with a `send` that blocks
+    on the body, as uvicorn's does while a slow reader's socket is full."""
+    async with _in_process(pods, tmp_path, maxInFlight=1) as gw:
+        app = gw.gateway.asgi()
+        body = json.dumps(
+            {
+                "inputs": [
+                    {
+                        "name": "features",
+                        "shape": [1, 4],
+                        "datatype": "FP32",
+                        "data": [5.1, 3.5, 1.4, 0.2],
+                    }
+                ]
+            }
+        ).encode()
+        unblock = asyncio.Event()
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.body":
+                await unblock.wait()
+            sent.append(message)
+
+        headers = [(k.encode(), v.encode()) for k, v in gw.headers.items()]
+        headers.append((b"content-length", str(len(body)).encode()))
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/v2/models/iris/infer",
+            "headers": headers,
+        }
+        slow = asyncio.create_task(app(scope, receive, send))
+        for _ in range(2000):
+            if sent:  # the headers went out; the body waits for the reader
+                break
+            await asyncio.sleep(0.005)
+        assert sent
+        assert sent[0]["status"] == 200
+        refused = await gw.client.post("/v2/models/iris/infer", content=body, headers=gw.headers)
+        assert refused.status_code == 503
+        assert refused.json()["error"]["code"] == "overloaded"
+        unblock.set()
+        await slow
+        assert gw.gateway.inflight.requests == 0
+        assert gw.gateway.inflight.body_bytes == 0
+        again = await gw.client.post("/v2/models/iris/infer", content=body, headers=gw.headers)
+        assert again.status_code == 200, again.text

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Mapping
 
@@ -54,6 +53,7 @@ from podserve.gateway.wire import (
     error_body,
     forwarded_body,
     parse_body,
+    request_id,
 )
 
 OVERHEAD_HEADER = "x-podserve-gateway-overhead-ms"
@@ -196,7 +196,7 @@ class Gateway:
             if not self.router.knows(model):
                 raise UnknownModel(f"model '{model}' is not served by this gateway")
             attempt = await self.forwarder.send(
-                model, call.path, b"", _request_id(None), method="GET"
+                model, call.path, b"", request_id(None), method="GET"
             )
         except GatewayError as exc:
             return self._refuse(exc, started)
@@ -227,14 +227,20 @@ class Gateway:
         except Overloaded as exc:
             return self._refuse(exc, started)
         try:
-            return await self._proxy_admitted(call, endpoint, started, ticket)
-        finally:
+            reply = await self._proxy_admitted(call, endpoint, started, ticket)
+        except BaseException:
             self.inflight.leave(ticket)
+            raise
+        if reply is None:  # a stream, already sent
+            self.inflight.leave(ticket)
+        else:  # in flight until sent: a slow reader's response is still held here
+            reply.done = lambda: self.inflight.leave(ticket)
+        return reply
 
     async def _proxy_admitted(
         self, call: Call, endpoint: Endpoint, started: float, ticket: Ticket
     ) -> Reply | None:
-        rid = _request_id(call.header(b"x-request-id"))
+        rid = request_id(call.header(b"x-request-id"))
         deadline = self.accounting.deadline()  # the store's, over lookup and reservation
         try:
             key = await self.accounting.authenticate(call.header(b"authorization"), deadline)
@@ -390,11 +396,3 @@ class Gateway:
         if exc.retry_after_s is not None:
             reply.headers.append((b"retry-after", str(exc.retry_after_s).encode()))
         return reply
-
-
-def _request_id(given: str | None) -> str:
-    """The client's x-request-id when it is a sane token (it lands in logs and the
-    ledger), else a fresh one."""
-    if given and len(given) <= 128 and given.isascii() and given.isprintable():
-        return given
-    return os.urandom(16).hex()  # uuid4's randomness without building a UUID

@@ -88,13 +88,15 @@ class Call:
 @dataclass(slots=True)
 class Reply:
     """A complete response; `after` runs once the body is sent (settlement: the store's
-    round trip is not the client's wait)."""
+    round trip is not the client's wait); `done` runs when the reply is over, sent or
+    not (it ends the request's place among those in flight)."""
 
     status: int
     body: bytes
     content_type: bytes = JSON
     headers: Headers = field(default_factory=list)
     after: Callable[[], Awaitable[None]] | None = None
+    done: Callable[[], None] | None = None
 
     async def send_to(self, send: Send) -> None:
         headers = [
@@ -197,6 +199,7 @@ class App:
             refusal.headers.append((b"allow", ", ".join(sorted(methods)).encode()))
             await refusal.send_to(send)
             return
+        reply: Reply | None = None
         try:
             reply = await handler(Call(scope, receive, send, params))
             if reply is not None:
@@ -212,6 +215,9 @@ class App:
             # closes the connection, which is all that is left to do.
             with contextlib.suppress(RuntimeError):
                 await self._refusal(500, "internal gateway error", started).send_to(send)
+        finally:
+            if reply is not None and reply.done is not None:
+                reply.done()
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:

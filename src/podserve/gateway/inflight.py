@@ -9,6 +9,8 @@ requests in flight (`max_requests`, 1024 by default) and its overload manager re
 work past a heap threshold (envoy/api/envoy/config/cluster/v3/circuit_breaker.proto,
 docs: intro/arch_overview/operations/overload_manager). The gateway's own routes
 (`/healthz`, `/ready`, `/metrics`) are never counted, so probes answer under overload.
+A request counts until its response is sent (or abandoned): a slow reader's response is
+still held by the gateway.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class Ticket:
     """One admitted request: the body bytes counted for it."""
 
     body_bytes: int
+    left: bool = False
 
 
 class InFlight:
@@ -50,9 +53,12 @@ class InFlight:
             ticket.body_bytes = body_bytes
 
     def leave(self, ticket: Ticket) -> None:
+        """The request is over (once per ticket: a second call changes nothing)."""
+        if ticket.left:
+            return
+        ticket.left = True
         self.requests -= 1
         self.body_bytes -= ticket.body_bytes
-        ticket.body_bytes = 0
 
     def _hold(self, body_bytes: int) -> None:
         if self.body_bytes + body_bytes > self.max_body_bytes:

@@ -7,6 +7,7 @@ fields pass through untouched (an upstream may accept more than we know of).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -167,3 +168,11 @@ def error_body(message: str, kind: ErrorType, code: str | None = None) -> bytes:
     return orjson.dumps(
         {"error": {"message": message, "type": kind.value, "param": None, "code": code}}
     )
+
+
+def request_id(given: str | None) -> str:
+    """The client's x-request-id when it is a sane token (it lands in logs and the
+    ledger), else a fresh one."""
+    if given and len(given) <= 128 and given.isascii() and given.isprintable():
+        return given
+    return os.urandom(16).hex()  # uuid4's randomness without building a UUID
