@@ -15,6 +15,7 @@ from typing import Any
 from podserve.config.gateway_config import BudgetPeriod
 from podserve.gateway.keys import KeyRecord
 from podserve.gateway.periods import periodic_spans
+from podserve.gateway.store.base import Dimension
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS gateway_keys (
@@ -108,3 +109,23 @@ def committed_query(now_wall_s: float) -> tuple[str, tuple[Any, ...]]:
             )
             params += [prefix, f"@{span.label}", span.start_s, span.end_s]
     return " UNION ALL ".join(parts), tuple(params)
+
+
+_GROUP_COLUMN = {
+    Dimension.KEY: "key_id",
+    Dimension.TEAM: "team",
+    Dimension.NAMESPACE: "namespace",
+    Dimension.MODEL: "model",
+}
+
+
+def spend_query(by: Dimension, since_wall_s: float | None) -> tuple[str, tuple[Any, ...]]:
+    """Spend, tokens and requests per group, for the rows reserved since `since_wall_s`
+    (all of them when None)."""
+    column = _GROUP_COLUMN[by]
+    return (
+        f"SELECT {column}, SUM(cost_micro), SUM(prompt_tokens), SUM(completion_tokens), "
+        f"COUNT(*) FROM gateway_ledger WHERE {COUNTED_AT} >= %s "
+        f"GROUP BY {column} ORDER BY {column}",
+        (float("-inf") if since_wall_s is None else since_wall_s,),
+    )

@@ -58,13 +58,13 @@ from podserve.gateway.store.base import (
     StoreUnavailable,
 )
 from podserve.gateway.store.postgres_sql import (
-    COUNTED_AT,
     INSERT_LEDGER,
     KEY_COLUMNS,
     SCHEMA,
     committed_query,
     key_record,
     ledger_row,
+    spend_query,
 )
 from podserve.gateway.store.redis_unheld import (
     Unheld,
@@ -75,12 +75,6 @@ from podserve.gateway.store.redis_unheld import (
     ledger_json,
 )
 
-_GROUP_COLUMN = {
-    Dimension.KEY: "key_id",
-    Dimension.TEAM: "team",
-    Dimension.NAMESPACE: "namespace",
-    Dimension.MODEL: "model",
-}
 _BATCH = 500
 _REDIS_ERRORS = (redis.exceptions.RedisError, OSError)
 
@@ -389,13 +383,7 @@ class RedisPostgresStore:
 
     async def spend(self, by: Dimension, since_wall_s: float | None = None) -> list[SpendRow]:
         await self.drain_ledger()
-        column = _GROUP_COLUMN[by]
-        rows = await self._sql(
-            f"SELECT {column}, SUM(cost_micro), SUM(prompt_tokens), SUM(completion_tokens), "
-            f"COUNT(*) FROM gateway_ledger WHERE {COUNTED_AT} >= %s "
-            f"GROUP BY {column} ORDER BY {column}",
-            (float("-inf") if since_wall_s is None else since_wall_s,),
-        )
+        rows = await self._sql(*spend_query(by, since_wall_s))
         return [SpendRow(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows]
 
     async def close(self) -> None:
