@@ -14,7 +14,7 @@ import contextlib
 import json
 import threading
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,20 +31,11 @@ from podserve.gateway.tokens import ByteBound, TokenizerCount
 from podserve.gateway.usage import FULL_PARSE_MAX_BYTES
 from tests.gateway.conftest import Pods, base_config
 from tests.gateway.support import create_key
+from tests.support.gate import Gate, until
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 
 LONG_PROMPT = "hi " * 200  # 600 characters: past INLINE_CHARS, well inside tiny-lm's context
-
-
-@dataclass
-class Gate:
-    """Holds the real tokenizer call until the test opens it; records where it ran."""
-
-    entered: threading.Event = field(default_factory=threading.Event)
-    opened: threading.Event = field(default_factory=threading.Event)
-    opened_in_time: list[bool] = field(default_factory=list)
-    threads: list[str] = field(default_factory=list)
 
 
 @pytest.fixture
@@ -53,10 +44,7 @@ def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[Gate]:
     real = TokenizerCount.count
 
     def gated(self: TokenizerCount, texts: Any) -> int:
-        state.threads.append(threading.current_thread().name)
-        state.entered.set()
-        # On the event loop nobody could open the gate: the wait times out, and says so.
-        state.opened_in_time.append(state.opened.wait(timeout=5))
+        state.pass_through()
         return real(self, texts)
 
     monkeypatch.setattr(TokenizerCount, "count", gated)
@@ -98,14 +86,6 @@ async def _in_process(pods: Pods, workdir: Path, **overrides: Any) -> AsyncItera
 async def gw(pods: Pods, tmp_path: Path) -> AsyncIterator[InProcess]:
     async with _in_process(pods, tmp_path) as found:
         yield found
-
-
-async def until(flag: threading.Event) -> None:
-    for _ in range(2000):
-        if flag.is_set():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError("the tokenizer was never called")
 
 
 def completion(prompt: str) -> dict[str, Any]:

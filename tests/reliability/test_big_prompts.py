@@ -5,29 +5,18 @@ an embeddings text is cut to what the encoder keeps before it is tokenized."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import pytest
 
 from podserve.dataplane.prompts import MAX_CHARS_PER_TOKEN
 from podserve.generation.executor import ModelExecutor
+from tests.support.gate import Gate, until
 from tests.support.planes import Edges
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 TWENTY_MB = "a" * (20 * 1024 * 1024)
-
-
-@dataclass
-class Gate:
-    """Holds the real tokenizer call on its thread until the test opens it."""
-
-    entered: threading.Event = field(default_factory=threading.Event)
-    opened: threading.Event = field(default_factory=threading.Event)
-    opened_by_test: list[bool] = field(default_factory=list)
-    calls: int = 0
 
 
 @pytest.fixture
@@ -38,11 +27,7 @@ def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[Gate]:
 
     def gated(call: object) -> object:
         def wrapper(self: ModelExecutor, arg: object) -> list[int]:
-            state.calls += 1
-            state.entered.set()
-            # On the event loop (the old behaviour) nobody could open the gate: the wait
-            # times out and records that.
-            state.opened_by_test.append(state.opened.wait(timeout=5))
+            state.pass_through()
             return call(self, arg)  # type: ignore[operator,no-any-return]  # the real method
 
         return wrapper
@@ -51,14 +36,6 @@ def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[Gate]:
     monkeypatch.setattr(ModelExecutor, "encode_chat", gated(encode_chat))
     yield state
     state.opened.set()
-
-
-async def until(flag: threading.Event) -> None:
-    for _ in range(2000):
-        if flag.is_set():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError("the tokenizer was never called")
 
 
 @pytest.mark.parametrize(
@@ -84,7 +61,7 @@ async def test_probes_answer_while_a_prompt_is_tokenized(
     gate.opened.set()
     response = await generation
     assert response.status_code == 200, response.text
-    assert gate.opened_by_test == [True]
+    assert gate.opened_in_time == [True]
 
 
 @pytest.mark.parametrize(
