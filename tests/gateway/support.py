@@ -207,9 +207,11 @@ def spend_by(config_path: Path, by: str) -> dict[str, Any]:
     return {row.group: row for row in _with_store(config_path, work)}
 
 
-def daily_key(key_id: str | None = None) -> Any:
-    """A key record with a daily budget of 100 µ$ (team t, namespace ns), for the period
-    tests; `key_id` defaults to the one its digest names."""
+def period_key(
+    period: Any = None, *, key_id: str | None = None, team: str = "t", created_at: float = 0.0
+) -> Any:
+    """A key record with a budget of 100 µ$ over `period` (daily when None), namespace ns,
+    for the period tests; `key_id` defaults to the one its digest names."""
     from podserve.config.gateway_config import BudgetPeriod
     from podserve.gateway.keys import KeyRecord, key_id_of, new_key
 
@@ -217,7 +219,7 @@ def daily_key(key_id: str | None = None) -> Any:
     return KeyRecord(
         key_id or key_id_of(digest),
         digest,
-        "t",
+        team,
         "ns",
         (),
         100,
@@ -225,6 +227,6 @@ def daily_key(key_id: str | None = None) -> Any:
         None,
         None,
         False,
-        0.0,
-        budget_period=BudgetPeriod.DAILY,
+        created_at,
+        budget_period=BudgetPeriod.DAILY if period is None else period,
     )

@@ -21,9 +21,19 @@ def config(tmp_path: Path) -> Path:
 
 
 def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
+    try:
+        code = main(list(args))
+    except SystemExit as exit_:  # argparse refuses a bad choice itself
+        code = int(exit_.code or 0)
     out = capsys.readouterr()
     return code, out.out, out.err
+
+
+def test_the_period_choices_are_the_budget_periods() -> None:
+    from podserve.cli.gateway import _PERIODS
+    from podserve.config.gateway_config import BudgetPeriod
+
+    assert tuple(p.value for p in BudgetPeriod) == _PERIODS
 
 
 def test_keys_create_list_revoke(config: Path, capsys: pytest.CaptureFixture[str]) -> None:

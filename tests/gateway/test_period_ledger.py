@@ -36,7 +36,7 @@ from podserve.gateway.store.base import (
 from podserve.gateway.store.sqlite import SqliteStore
 from podserve.gateway.wire import Billable, Endpoint, billable
 from tests.gateway.conftest import reset_shared_store
-from tests.gateway.support import daily_key
+from tests.gateway.support import period_key
 
 
 def _utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0) -> float:
@@ -51,11 +51,6 @@ NOON = 12 * 3600.0
 
 def _bill(max_tokens: int) -> Billable:  # 3 prompt tokens ("abc"): 3 + 2 x max_tokens micro
     return billable({"model": "m", "prompt": "abc", "max_tokens": max_tokens}, Endpoint.COMPLETIONS)
-
-
-def _daily_key() -> KeyRecord:
-    key: KeyRecord = daily_key()
-    return key
 
 
 def _redis_store(redis_url: str, dsn: str, wall: FakeClock) -> Store:
@@ -129,7 +124,7 @@ def test_spend_period_reports_a_request_in_the_day_it_was_reserved(
         )
     config = tmp_path / "gateway.yaml"
     config.write_text(f"{CONFIG}\nstore: {store_yaml}\n")
-    key, wall = _daily_key(), FakeClock(LAST_SECOND)
+    key, wall = period_key(), FakeClock(LAST_SECOND)
     # Reserved at 23:59:59 on 31 December, settled at 00:00:01 on 1 January: charged to
     # 31 December's budget (`key:<id>@2026-12-31`), so reported in that day.
     asyncio.run(_request(kind, where, key, wall, settle_after_s=2))
@@ -147,7 +142,7 @@ async def test_a_rebuilt_redis_counts_a_request_in_the_day_it_was_reserved(
 
     reset_shared_store(redis_url, postgres_dsn)
     where = {"redis": redis_url, "postgres": postgres_dsn}
-    key, wall = _daily_key(), FakeClock(LAST_SECOND)
+    key, wall = period_key(), FakeClock(LAST_SECOND)
     await _request("redis-postgres", where, key, wall, settle_after_s=2)  # 83 on 31 Dec
     await _request("redis-postgres", where, key, wall, settle_after_s=1)  # 83 on 1 Jan
 

@@ -18,13 +18,13 @@ from podserve.gateway.accounting import Accounting
 from podserve.gateway.budget import Usage
 from podserve.gateway.errors import OverLimit
 from podserve.gateway.key_limits import key_limits
-from podserve.gateway.keys import KeyRecord, key_id_of, new_key
+from podserve.gateway.keys import KeyRecord
 from podserve.gateway.periods import span_at
 from podserve.gateway.store.base import Outcome, ScopeSpec, Store
 from podserve.gateway.store.sqlite import SqliteStore
 from podserve.gateway.wire import Billable, Endpoint, billable
 from tests.gateway.conftest import reset_shared_store
-from tests.gateway.support import daily_key
+from tests.gateway.support import period_key
 
 
 def _utc(year: int, month: int, day: int, *hms: int) -> float:
@@ -72,7 +72,7 @@ BEFORE_MIDNIGHT = _utc(2026, 12, 31, 23, 59, 30)
 
 def test_a_periodic_scope_is_named_for_its_period_and_knows_when_it_refills() -> None:
     assert span_at(BudgetPeriod.LIFETIME, time.time()) is None
-    key = daily_key("k1")
+    key = period_key(key_id="k1")
     config = load_gateway_config(CONFIG)
     scopes = key_limits(key, config).scopes_at(BEFORE_MIDNIGHT)
     assert scopes == (
@@ -100,21 +100,7 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 
 
 async def _key(store: Store, period: BudgetPeriod, team: str = "t") -> KeyRecord:
-    _, digest = new_key()
-    key = KeyRecord(
-        key_id_of(digest),
-        digest,
-        team,
-        "ns",
-        (),
-        100,
-        None,
-        None,
-        None,
-        False,
-        time.time(),
-        budget_period=period,
-    )
+    key: KeyRecord = period_key(period, team=team, created_at=time.time())
     await store.create_key(key)
     return key
 

@@ -13,7 +13,7 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 from prometheus_client.parser import text_string_to_metric_families
 
-from podserve.gateway.wire import MAX_OUTPUT_TOKENS
+from podserve.config.gateway_config import MAX_OUTPUT_TOKENS
 from tests.gateway.conftest import Pods, base_config
 from tests.gateway.support import GatewayProcess, chat, create_key, run_cli
 from tests.support.server import wait_until

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from podserve.gateway.store.base import Store
 
 T = TypeVar("T")
+# BudgetPeriod's values, spelled here so that `--help` does not import the config module.
+_PERIODS = ("lifetime", "daily", "weekly", "monthly")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -42,6 +44,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     create.add_argument(
         "--budget-period",
         default="lifetime",
+        choices=_PERIODS,
         help="when the budget starts again: never (default), or every UTC day, ISO week or "
         "calendar month",
     )
@@ -66,6 +69,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     spend.add_argument(
         "--period",
         default="lifetime",
+        choices=_PERIODS,
         help="only the current UTC period's spend: daily, weekly (ISO) or monthly, as "
         "periodic budgets count it (default lifetime: the whole ledger)",
     )
@@ -159,13 +163,6 @@ def _keys_create(args: argparse.Namespace) -> int:
             print("podserve gateway keys: --budget-usd must be a number >= 0", file=sys.stderr)
             return 2
         budget_micro = usd_to_micro(budget)
-    periods = [p.value for p in BudgetPeriod]
-    if args.budget_period not in periods:
-        print(
-            f"podserve gateway keys: --budget-period must be one of {', '.join(periods)}",
-            file=sys.stderr,
-        )
-        return 2
     for flag in ("rpm", "tpm"):
         value = getattr(args, flag)
         if value is not None and value < 1:
@@ -274,12 +271,6 @@ def _spend(args: argparse.Namespace) -> int:
     if config is None:
         return 2
     by = Dimension(args.by)
-    periods = [p.value for p in BudgetPeriod]
-    if args.period not in periods:
-        print(
-            f"podserve gateway spend: --period must be one of {', '.join(periods)}", file=sys.stderr
-        )
-        return 2
     span = span_at(BudgetPeriod(args.period), time.time())
 
     async def work(store: Store) -> int:

@@ -73,6 +73,14 @@ class Fallback(_Section):
     models: list[str] = Field(min_length=1, description="Models it may serve.")
 
 
+# The output cap the gateway reserves for and forwards at most (gateway/wire.py). No model
+# generates this many tokens in one response (the largest output limits today are ~128k
+# tokens), so a larger `max_tokens` (some clients send 2**31 - 1 for "no limit") is
+# forwarded as this. It keeps every hold an exact integer in the stores: SQLite's INTEGER
+# is 64-bit and Redis scripts compute in doubles (exact below 2**53); before this bound,
+# `n` of 10**19 or `max_tokens` of 2**62 made SQLite raise OverflowError (a 500).
+MAX_OUTPUT_TOKENS = 1 << 20
+
 # Far above any model's list price (the dearest output tokens today are hundreds of USD a
 # million), and low enough that the largest hold the gateway makes (16 MiB of prompt and
 # 128 choices of 2**20 tokens) stays below 2**53 nano-dollars: exact in the Redis scripts'
@@ -134,7 +142,7 @@ class Defaults(_Section):
     max_tokens: int = Field(
         256,
         ge=1,
-        le=1 << 20,  # the gateway's own cap on any output (gateway/wire.py MAX_OUTPUT_TOKENS)
+        le=MAX_OUTPUT_TOKENS,
         description="Output cap when a request sends none.",
     )
     on_budget_short: OnBudgetShort = Field(

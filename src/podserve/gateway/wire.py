@@ -7,12 +7,14 @@ fields pass through untouched (an upstream may accept more than we know of).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 import orjson
+
+from podserve.config.gateway_config import MAX_OUTPUT_TOKENS
+from podserve.core.ids import accept_request_id
 
 
 class Endpoint(StrEnum):
@@ -24,13 +26,6 @@ class Endpoint(StrEnum):
 
 # OpenAI's API takes `n` from 1 to 128 (its API reference, chat and completions).
 MAX_CHOICES = 128
-# The output cap the gateway reserves for and forwards at most. No model generates this
-# many tokens in one response (the largest output limits today are ~128k tokens), so a
-# larger `max_tokens` (some clients send 2**31 - 1 for "no limit") is forwarded as this.
-# It keeps every hold an exact integer in the stores: SQLite's INTEGER is 64-bit and
-# Redis scripts compute in doubles (exact below 2**53); before this bound, `n` of 10**19
-# or `max_tokens` of 2**62 made SQLite raise OverflowError and the gateway answer 500.
-MAX_OUTPUT_TOKENS = 1 << 20
 
 
 class BadRequest(Exception):
@@ -171,8 +166,6 @@ def error_body(message: str, kind: ErrorType, code: str | None = None) -> bytes:
 
 
 def request_id(given: str | None) -> str:
-    """The client's x-request-id when it is a sane token (it lands in logs and the
-    ledger), else a fresh one."""
-    if given and len(given) <= 128 and given.isascii() and given.isprintable():
-        return given
-    return os.urandom(16).hex()  # uuid4's randomness without building a UUID
+    """The client's x-request-id when the pods would take it too (core.ids), and ASCII:
+    the gateway forwards it upstream as a header and writes it to the ledger."""
+    return accept_request_id(given if given is not None and given.isascii() else None)

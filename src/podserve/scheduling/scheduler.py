@@ -232,10 +232,9 @@ class Scheduler:
         if not stopped and request.generated_tokens + 1 < request.max_new_tokens:
             raise ValueError(f"request {request_id!r}: this token does not end it")
         del in_flight[request_id]
-        request.generated_tokens += 1
-        self._running.remove(request)
-        status = RequestStatus.FINISHED_STOPPED if stopped else RequestStatus.FINISHED_LENGTH
-        return self._finish(request, status)
+        done = self._count_token(request, stopped=stopped)
+        assert done is not None  # checked above: this token ends it
+        return done
 
     def _count_token(self, request: SequenceRequest, *, stopped: bool) -> FinishedRequest | None:
         """One sampled token for a running request; the request's end if it ends it."""

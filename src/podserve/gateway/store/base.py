@@ -93,6 +93,31 @@ class Charge:
     labels: Labels
 
 
+# The time a ledger row counts at in a period: its reservation's (rows from before ledgers
+# kept `reserved_at`: their settlement's).
+COUNTED_AT = "COALESCE(reserved_at, at)"
+
+
+def spend_sql(table: str, by: Dimension, mark: str) -> str:
+    """The spend query both stores run on their ledger table (`mark`: the driver's
+    placeholder): spend, tokens and requests per group, for the rows reserved since the
+    one parameter (rows from before ledgers kept `reserved_at`: settled since)."""
+    column = _GROUP_COLUMN[by]
+    return (
+        f"SELECT {column}, SUM(cost_micro), SUM(prompt_tokens), SUM(completion_tokens), "
+        f"COUNT(*) FROM {table} WHERE {COUNTED_AT} >= {mark} "
+        f"GROUP BY {column} ORDER BY {column}"
+    )
+
+
+_GROUP_COLUMN = {
+    Dimension.KEY: "key_id",
+    Dimension.TEAM: "team",
+    Dimension.NAMESPACE: "namespace",
+    Dimension.MODEL: "model",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class SpendRow:
     group: str

@@ -15,7 +15,7 @@ from typing import Any
 from podserve.config.gateway_config import BudgetPeriod
 from podserve.gateway.keys import KeyRecord
 from podserve.gateway.periods import periodic_spans
-from podserve.gateway.store.base import Dimension
+from podserve.gateway.store.base import COUNTED_AT, Dimension, spend_sql
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS gateway_keys (
@@ -38,8 +38,6 @@ INSERT_LEDGER = (
     b"VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) "
     b"ON CONFLICT (reservation_id) DO NOTHING"
 )
-# The time a row counts at in a period (rows from before `reserved_at`: their settlement's).
-COUNTED_AT = "COALESCE(reserved_at, at)"
 KEY_COLUMNS = (
     "key_id, key_hash, team, namespace, models, budget_micro, rpm, tpm, expires_at, "
     "revoked, created_at, budget_period"
@@ -111,21 +109,9 @@ def committed_query(now_wall_s: float) -> tuple[str, tuple[Any, ...]]:
     return " UNION ALL ".join(parts), tuple(params)
 
 
-_GROUP_COLUMN = {
-    Dimension.KEY: "key_id",
-    Dimension.TEAM: "team",
-    Dimension.NAMESPACE: "namespace",
-    Dimension.MODEL: "model",
-}
-
-
 def spend_query(by: Dimension, since_wall_s: float | None) -> tuple[str, tuple[Any, ...]]:
-    """Spend, tokens and requests per group, for the rows reserved since `since_wall_s`
-    (all of them when None)."""
-    column = _GROUP_COLUMN[by]
+    """`spend_sql` on `gateway_ledger`, for the rows since `since_wall_s` (all when None)."""
     return (
-        f"SELECT {column}, SUM(cost_micro), SUM(prompt_tokens), SUM(completion_tokens), "
-        f"COUNT(*) FROM gateway_ledger WHERE {COUNTED_AT} >= %s "
-        f"GROUP BY {column} ORDER BY {column}",
+        spend_sql("gateway_ledger", by, "%s"),
         (float("-inf") if since_wall_s is None else since_wall_s,),
     )

@@ -53,6 +53,7 @@ from podserve.gateway.store.base import (
     Settlement,
     SpendRow,
     StoreUnavailable,
+    spend_sql,
 )
 from podserve.gateway.store.sqlite_ops import Open, Tx, reserve_without_sql, write_ledger
 from podserve.gateway.store.sqlite_ops import reserve as reserve_in
@@ -94,13 +95,6 @@ _ADDED = (
 
 T = TypeVar("T")
 _Op = Callable[[Tx], Any]
-
-_GROUP_COLUMN = {
-    Dimension.KEY: "key_id",
-    Dimension.TEAM: "team",
-    Dimension.NAMESPACE: "namespace",
-    Dimension.MODEL: "model",
-}
 
 
 class SqliteStore:
@@ -248,11 +242,8 @@ class SqliteStore:
             write_ledger(tx, s, labels, None)  # no reservation: counts when it settled
 
     async def spend(self, by: Dimension, since_wall_s: float | None = None) -> list[SpendRow]:
-        column = _GROUP_COLUMN[by]
         rows = self._db.execute(
-            f"SELECT {column}, SUM(cost_micro), SUM(prompt_tokens), SUM(completion_tokens), "
-            f"COUNT(*) FROM ledger WHERE COALESCE(reserved_at, at) >= ? "
-            f"GROUP BY {column} ORDER BY {column}",
+            spend_sql("ledger", by, "?"),
             (float("-inf") if since_wall_s is None else since_wall_s,),
         ).fetchall()
         return [SpendRow(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows]
@@ -271,10 +262,20 @@ def _migrate(db: sqlite3.Connection) -> None:
 
 
 def _key(row: tuple[object, ...]) -> KeyRecord:
-    key_id, key_hash, team, namespace, models, budget, rpm, tpm, expires, revoked, created = row[
-        :11
-    ]
-    period = row[11]
+    (
+        key_id,
+        key_hash,
+        team,
+        namespace,
+        models,
+        budget,
+        rpm,
+        tpm,
+        expires,
+        revoked,
+        created,
+        period,
+    ) = row
     return KeyRecord(
         key_id=str(key_id),
         key_hash=str(key_hash),
