@@ -28,14 +28,7 @@ from podserve.gateway.errors import (
     Overloaded,
     UnknownModel,
 )
-from podserve.gateway.forward import (
-    UPSTREAM_ERRORS,
-    Attempted,
-    Forwarder,
-    ResponseTooLarge,
-    read_bounded,
-    upstream_failed,
-)
+from podserve.gateway.forward import UPSTREAM_ERRORS, Attempted, Forwarder, upstream_failed
 from podserve.gateway.inflight import InFlight, Ticket
 from podserve.gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from podserve.gateway.relay import relay_stream
@@ -44,6 +37,7 @@ from podserve.gateway.routing import Router
 from podserve.gateway.scrape import Scraper
 from podserve.gateway.sse import EventRelay, StreamTally
 from podserve.gateway.store.base import Outcome, Store
+from podserve.gateway.upstream_http import ResponseTooLarge
 from podserve.gateway.usage import billed_usage, held_usage
 from podserve.gateway.wire import (
     BadRequest,
@@ -202,7 +196,7 @@ class Gateway:
             return self._refuse(exc, started)
         response = attempt.response
         try:
-            content = await read_bounded(response, self.config.max_response_bytes)
+            content = await response.read(self.config.max_response_bytes)
         except (*UPSTREAM_ERRORS, ResponseTooLarge) as exc:
             self.forwarder.finished(attempt, False)
             return self._refuse(upstream_failed(exc), started)
@@ -277,7 +271,7 @@ class Gateway:
             await self._stream(call, attempt, admission, bill, started, rid)
             return None
         try:
-            content = await read_bounded(response, self.config.max_response_bytes)
+            content = await response.read(self.config.max_response_bytes)
         except (*UPSTREAM_ERRORS, ResponseTooLarge) as exc:
             self.forwarder.finished(attempt, False)
             # Too large: the upstream did the work, and its usage is in the body not read.

@@ -6,61 +6,45 @@ client yet, so the next target can take the request whole. Once response headers
 than those are back, the attempt is final (a stream cut in the middle is never replayed:
 the client already holds part of it).
 
-The client is aiohttp, not httpx: measured on this repo's 2-core machine (iris, c=16,
-2,400 requests), httpx spent 1.14 ms of CPU per request — most of it httpcore's pool
-bookkeeping, which polls every pooled socket per request — and aiohttp 0.10 ms. On the
-proxy's hot path that difference is the gateway's overhead.
+The client is `upstream_http` (keep-alive HTTP/1.1 on httptools): the client's CPU per
+request is the gateway's overhead on the proxy's hot path, and it spends a sixth of
+aiohttp's (measured in that module's docstring), which spent a tenth of httpx's.
 """
 
 from __future__ import annotations
 
-import asyncio
-import io
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-
-import aiohttp
-from yarl import URL
 
 from podserve.gateway.errors import NoUpstream, UpstreamFailed
 from podserve.gateway.metrics import GatewayMetrics
 from podserve.gateway.retry_budget import RetryBudget
 from podserve.gateway.routing import Router, Target
+from podserve.gateway.upstream_http import (
+    Header,
+    ResponseTooLarge,
+    UpstreamClient,
+    UpstreamError,
+    UpstreamResponse,
+    Url,
+    parse_url,
+)
 
 RETRYABLE_STATUS = frozenset({502, 503, 504})
-_LARGE_BODY_BYTES = 1 << 20
+_JSON = (b"content-type", b"application/json")
 
 
 @dataclass(slots=True)
 class Attempted:
     target: Target
-    response: aiohttp.ClientResponse
+    response: UpstreamResponse
     upstream_s: float  # time spent waiting for the upstream's headers
     attempts: int
 
 
-UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
-
-
-class ResponseTooLarge(Exception):
-    """A non-streamed upstream body past `maxResponseBytes`: not held whole in memory."""
-
-
-async def read_bounded(response: aiohttp.ClientResponse, limit: int) -> bytes:
-    """The upstream's whole body, refused (ResponseTooLarge) as soon as it passes `limit`
-    bytes, by its Content-Length or as it arrives, instead of being held whole."""
-    declared = response.content_length
-    if declared is not None and declared > limit:
-        raise ResponseTooLarge(f"{declared} bytes")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.content.iter_any():
-        size += len(chunk)
-        if size > limit:
-            raise ResponseTooLarge(f"over {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+# TimeoutError covers the client's own timeouts; OSError a refused connection or TLS.
+UPSTREAM_ERRORS = (UpstreamError, TimeoutError, OSError)
 
 
 def upstream_failed(exc: BaseException) -> UpstreamFailed:
@@ -68,15 +52,6 @@ def upstream_failed(exc: BaseException) -> UpstreamFailed:
     if isinstance(exc, ResponseTooLarge):
         return UpstreamFailed(f"upstream failed: response over maxResponseBytes ({exc})")
     return UpstreamFailed(f"upstream failed: {exc or type(exc).__name__}")
-
-
-def _payload(body: bytes) -> bytes | io.BytesIO:
-    """A body past 1 MiB goes as a BytesIO: aiohttp writes that in 64 KiB chunks, yielding
-    to the loop between them, where it would hand raw bytes to the transport in one write
-    (and warn that this may block the loop: `TOO_LARGE_BYTES_BODY` in aiohttp/payload.py,
-    a ResourceWarning a test run turns into an error). A fresh one per attempt: a retry
-    sends the body from its start. `io.BytesIO(bytes)` shares the bytes until written to."""
-    return io.BytesIO(body) if len(body) > _LARGE_BODY_BYTES else body
 
 
 class Forwarder:
@@ -92,47 +67,44 @@ class Forwarder:
         self._router = router
         self._budget = budget
         self._metrics = metrics
-        self._hosted_keys = hosted_keys
-        self._timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s
-        )
-        self._session: aiohttp.ClientSession | None = None
-        # Parsed upstream URLs: aiohttp parses a string URL on every request. The paths
-        # are the routes' and the configured models' (checked before sending): few.
-        self._urls: dict[str, URL] = {}
+        # No pool limit: admission already bounded the requests in flight. No cookies
+        # are kept: one client carries every tenant's requests, and a stored Set-Cookie
+        # (hosted APIs set them: OpenAI's, behind Cloudflare, sends `__cf_bm`) would ride
+        # every later request to that host, whoever made it (tests/gateway/test_cookies.py).
+        self._client = UpstreamClient(connect_timeout_s, read_timeout_s)
+        # Parsed upstream URLs. The paths are the routes' and the configured models'
+        # (checked before sending): few.
+        self._urls: dict[str, Url] = {}
+        self._auth = {
+            name: (b"authorization", f"Bearer {key}".encode("latin-1"))
+            for name, key in hosted_keys.items()
+            if key
+        }
 
     async def start(self) -> None:
-        # No pool limit: admission already bounded the requests in flight. No cookie jar:
-        # one session carries every tenant's requests, and aiohttp's default jar would
-        # store an upstream's Set-Cookie (hosted APIs set them: OpenAI's, behind
-        # Cloudflare, sends `__cf_bm`) and attach it to every later request to that host,
-        # whoever made it (tests/gateway/test_cookies.py).
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0),
-            timeout=self._timeout,
-            cookie_jar=aiohttp.DummyCookieJar(),
-        )
+        pass  # connections open on first use
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        await self._client.close()
 
-    def _url(self, url: str) -> URL:
+    def _url(self, url: str) -> Url:
         found = self._urls.get(url)
         if found is None:
             if len(self._urls) > 4096:
                 self._urls.clear()
-            found = self._urls[url] = URL(url)
+            found = self._urls[url] = parse_url(url)
         return found
 
-    def _request(self, target: Target, path: str, rid: str) -> tuple[URL, dict[str, str]]:
-        headers = {"content-type": "application/json", "x-request-id": rid}
+    def _request(self, target: Target, path: str, rid: str, body: bool) -> tuple[Url, list[Header]]:
+        headers = [(b"x-request-id", rid.encode("ascii"))]
+        if body:
+            headers.append(_JSON)
         if target.hosted:
             # A hosted base URL already ends in /v1.
             url = target.base_url + path.removeprefix("/v1")
-            key = self._hosted_keys.get(target.upstream)
-            if key:
-                headers["authorization"] = f"Bearer {key}"
+            auth = self._auth.get(target.upstream)
+            if auth is not None:
+                headers.append(auth)
         else:
             url = target.base_url + path
         return self._url(url), headers
@@ -140,8 +112,8 @@ class Forwarder:
     async def send(
         self, model: str, path: str, body: bytes, rid: str, method: str = "POST"
     ) -> Attempted:
-        assert self._session is not None, "Forwarder.start() first"
         self._budget.on_request()
+        verb = method.encode("ascii")
         targets = self._router.plan(model, time.monotonic())
         if not targets:
             raise NoUpstream(f"no upstream can serve '{model}' now", retry_after_s=1)
@@ -154,11 +126,9 @@ class Forwarder:
                 self._metrics.retry(target.upstream).inc()
             started = time.perf_counter()
             self._router.on_start(target, time.monotonic())
-            url, headers = self._request(target, path, rid)
+            url, headers = self._request(target, path, rid, method == "POST")
             try:
-                response = await self._session.request(
-                    method, url, data=_payload(body) if method == "POST" else None, headers=headers
-                )
+                response = await self._client.request(verb, url, body, headers)
             except UPSTREAM_ERRORS as exc:
                 self._router.on_finish(target, False, time.monotonic())
                 error = f"{target.upstream}: {type(exc).__name__}"

@@ -14,19 +14,18 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
-import aiohttp
-
 from podserve.gateway.asgi import Headers, Receive, Send
 from podserve.gateway.forward import UPSTREAM_ERRORS
 from podserve.gateway.sse import EventRelay, StreamTally
 from podserve.gateway.store.base import Outcome
+from podserve.gateway.upstream_http import UpstreamResponse
 
 Finish = Callable[[Outcome, StreamTally], Awaitable[None]]
 _EVENT_STREAM = (b"content-type", b"text/event-stream; charset=utf-8")
 
 
-async def _pump(upstream: aiohttp.ClientResponse, relay: EventRelay, send: Send) -> None:
-    async for chunk in upstream.content.iter_any():
+async def _pump(upstream: UpstreamResponse, relay: EventRelay, send: Send) -> None:
+    async for chunk in upstream.chunks():
         out = relay.feed(chunk)
         if out:
             await send({"type": "http.response.body", "body": out, "more_body": True})
@@ -39,7 +38,7 @@ async def _watch(receive: Receive) -> None:
 
 
 async def relay_stream(
-    upstream: aiohttp.ClientResponse,
+    upstream: UpstreamResponse,
     relay: EventRelay,
     headers: Headers,
     on_finish: Finish,

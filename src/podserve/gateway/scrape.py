@@ -15,15 +15,23 @@ import asyncio
 import contextlib
 import math
 
-import aiohttp
-
 from podserve.gateway.routing import EndpointLoad, Router
+from podserve.gateway.upstream_http import (
+    ResponseTooLarge,
+    UpstreamClient,
+    UpstreamError,
+    Url,
+    parse_url,
+)
 
 _WAITING = ("vllm:num_requests_waiting", "podserve_queue_depth")
 _RUNNING = ("vllm:num_requests_running",)
 _KV = ("vllm:kv_cache_usage_perc",)
 _WANTED = frozenset(_WAITING + _RUNNING + _KV)
 MISSES_BEFORE_DOWN = 3
+# A podserve pod's exposition is about 100 KB with a few models; a pod answering more than
+# this is not read whole every 50 ms (it counts as a pod that did not answer).
+MAX_METRICS_BYTES = 8 << 20
 
 
 def parse_load(text: str, ready: bool) -> EndpointLoad:
@@ -79,18 +87,25 @@ def _model_of(line: str) -> str:
     return ""
 
 
-async def _get(session: aiohttp.ClientSession, url: str) -> tuple[int, str]:
-    async with session.get(url) as response:
-        return response.status, await response.text()
+async def _get(client: UpstreamClient, url: Url) -> tuple[int, str]:
+    response = await client.request(b"GET", url, b"", ())
+    try:
+        return response.status, (await response.read(MAX_METRICS_BYTES)).decode()
+    finally:
+        response.release()  # closed instead when the body was not read whole
 
 
-async def scrape_once(session: aiohttp.ClientSession, endpoint: str) -> EndpointLoad | None:
+async def scrape_once(
+    client: UpstreamClient, endpoint: str, timeout_s: float = 1.0
+) -> EndpointLoad | None:
     """One pod's load, or None when it did not answer (refused, timed out)."""
     try:
-        (ready, _), (status, text) = await asyncio.gather(
-            _get(session, f"{endpoint}/ready"), _get(session, f"{endpoint}/metrics")
-        )
-    except (TimeoutError, aiohttp.ClientError, OSError, UnicodeDecodeError):
+        async with asyncio.timeout(timeout_s):
+            (ready, _), (status, text) = await asyncio.gather(
+                _get(client, parse_url(f"{endpoint}/ready")),
+                _get(client, parse_url(f"{endpoint}/metrics")),
+            )
+    except (TimeoutError, UpstreamError, OSError, UnicodeDecodeError, ResponseTooLarge):
         return None
     if status != 200:
         return EndpointLoad(ready=False)
@@ -104,16 +119,15 @@ class Scraper:
         self._router = router
         self._interval_s = interval_s
         self._timeout_s = timeout_s
-        self._session: aiohttp.ClientSession | None = None
+        self._client = UpstreamClient(timeout_s, timeout_s)
         self._misses: dict[str, int] = {}
         self._task: asyncio.Task[None] | None = None
         self.rounds = 0
 
     async def refresh(self) -> None:
         endpoints = self._router.endpoints()
-        assert self._session is not None, "Scraper.start() first"
-        session = self._session
-        loads = await asyncio.gather(*(scrape_once(session, ep) for ep in endpoints))
+        client, timeout_s = self._client, self._timeout_s
+        loads = await asyncio.gather(*(scrape_once(client, ep, timeout_s) for ep in endpoints))
         for endpoint, load in zip(endpoints, loads, strict=True):
             if load is not None:  # an answer, ready or not, is believed at once
                 self._misses[endpoint] = 0
@@ -132,10 +146,6 @@ class Scraper:
             await self.refresh()
 
     async def start(self) -> None:
-        self._session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=self._timeout_s),
-            cookie_jar=aiohttp.DummyCookieJar(),  # as the forwarder's (forward.py)
-        )
         await self.refresh()  # serve from the first request with a real view
         self._task = asyncio.create_task(self._loop())
 
@@ -144,5 +154,4 @@ class Scraper:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        if self._session is not None:
-            await self._session.close()
+        await self._client.close()
