@@ -9,6 +9,7 @@ import uvicorn
 
 from podserve.config.gateway_config import GatewayConfig
 from podserve.gateway.app import Gateway
+from podserve.gateway.edge import GatewayHttpProtocol
 from podserve.gateway.stores import open_store
 
 log = logging.getLogger("podserve.gateway")
@@ -36,6 +37,7 @@ async def serve_gateway(config: GatewayConfig, host: str, port: int, env: Mappin
         # middleware ran on every request (uvicorn/middleware/proxy_headers.py).
         proxy_headers=False,
         interface="asgi3",
+        http=GatewayHttpProtocol,  # a response's head and body in one write (edge.py)
         timeout_graceful_shutdown=5,
         # Longer than a load balancer's idle timeout (AWS ALB: 60 s), so the balancer, not
         # the gateway, closes idle connections: a request sent on a connection the server
