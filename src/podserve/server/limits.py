@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from podserve.core.coalesce import CoalescingTransport
 
 _REASONS = {
     408: b"Request Timeout",
@@ -58,7 +60,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._in_headers = True
         self._refused = False
         self._header_timer: asyncio.TimerHandle | None = None
-        super().connection_made(transport)
+        # A response's head and body in one write (core/coalesce.py).
+        super().connection_made(cast(asyncio.Transport, CoalescingTransport(transport, self.loop)))
         if len(self.connections) > self.limits.max_connections:
             self._refuse(
                 503,

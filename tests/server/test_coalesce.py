@@ -1,8 +1,10 @@
-"""The gateway's server edge sends a response's head and body in one write.
+"""Both HTTP edges (the pod's and the gateway's) send a response's head and body in one
+write (core/coalesce.py).
 
 The writes are observed on a recording transport (what uvicorn hands its protocol is a
-C object whose segments a test cannot see); the protocol itself is exercised end to end
-by every test that talks to a real gateway process, and below on a real uvicorn server."""
+C object whose segments a test cannot see); the protocols themselves are exercised end to
+end by every test that talks to a real pod or gateway process, and below on a real
+uvicorn server."""
 
 from __future__ import annotations
 
@@ -10,9 +12,12 @@ import asyncio
 import socket
 from typing import Any
 
+import pytest
 import uvicorn
 
-from podserve.gateway.edge import CoalescingTransport, GatewayHttpProtocol
+from podserve.core.coalesce import CoalescingTransport
+from podserve.gateway.edge import GatewayHttpProtocol
+from podserve.server.limits import HttpLimits, bounded_protocol
 
 
 class Recording:
@@ -60,7 +65,12 @@ async def test_a_head_alone_goes_out_at_the_next_turn_and_before_a_close() -> No
     assert raw.closed
 
 
-async def test_responses_through_the_protocol_on_a_real_server() -> None:
+@pytest.mark.parametrize(
+    "protocol",
+    [GatewayHttpProtocol, bounded_protocol(HttpLimits(8192, 10.0, 100))],
+    ids=["gateway", "pod"],
+)
+async def test_responses_through_the_protocols_on_a_real_server(protocol: type) -> None:
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
@@ -68,7 +78,7 @@ async def test_responses_through_the_protocol_on_a_real_server() -> None:
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": body})
 
-    config = uvicorn.Config(app, http=GatewayHttpProtocol, lifespan="off", log_config=None)
+    config = uvicorn.Config(app, http=protocol, lifespan="off", log_config=None)
     server = uvicorn.Server(config)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -87,6 +97,8 @@ async def test_responses_through_the_protocol_on_a_real_server() -> None:
                 len(path),
                 path.encode(),
             )
+        (connection,) = server.server_state.connections
+        assert isinstance(connection.transport, CoalescingTransport)
         writer.close()
     finally:
         server.should_exit = True
