@@ -1,5 +1,5 @@
 """Both HTTP edges (the pod's and the gateway's) send a response's head and body in one
-write (core/coalesce.py).
+write (httpedge/coalesce.py).
 
 The writes are observed on a recording transport (what uvicorn hands its protocol is a
 C object whose segments a test cannot see); the protocols themselves are exercised end to
@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 import uvicorn
 
-from podserve.core.coalesce import CoalescingTransport
-from podserve.gateway.edge import GatewayHttpProtocol
-from podserve.server.limits import HttpLimits, bounded_protocol
+from podserve.config.gateway_config import GatewayConfig
+from podserve.gateway.edge import gateway_protocol
+from podserve.httpedge.coalesce import CoalescingTransport
+from podserve.httpedge.limits import HttpLimits, bounded_protocol
 
 
 class Recording:
@@ -67,7 +68,7 @@ async def test_a_head_alone_goes_out_at_the_next_turn_and_before_a_close() -> No
 
 @pytest.mark.parametrize(
     "protocol",
-    [GatewayHttpProtocol, bounded_protocol(HttpLimits(8192, 10.0, 100))],
+    [gateway_protocol(GatewayConfig()), bounded_protocol(HttpLimits(8192, 10.0, 100))],
     ids=["gateway", "pod"],
 )
 async def test_responses_through_the_protocols_on_a_real_server(protocol: type) -> None:

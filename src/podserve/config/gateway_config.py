@@ -252,6 +252,27 @@ class GatewayConfig(_Section):
     key_cache_s: float = Field(
         1.0, ge=0, description="Keys are cached this long: revocation takes effect within."
     )
+    # Connection bounds, as the pod's (httpedge/limits.py; the same defaults: nginx's
+    # large_client_header_buffers and client_header_timeout): plain uvicorn keeps a
+    # connection that never completes its headers open for ever, and reads headers of any
+    # size.
+    max_connections: int = Field(
+        4096,
+        ge=1,
+        description="Open client connections at most; one more is answered 503 (JSON, "
+        "Retry-After) and closed before anything is read from it.",
+    )
+    max_header_bytes: int = Field(
+        32 * 1024,
+        ge=1024,
+        description="Largest request line plus headers; more is answered 431 and closed.",
+    )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="Time a client has to send a request's complete headers; then 408 "
+        "and the connection closed.",
+    )
 
     @model_validator(mode="after")
     def _body_bounds(self) -> GatewayConfig:

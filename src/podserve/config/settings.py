@@ -200,7 +200,7 @@ class ServerSettings(BaseSettings):
         le=1,
         description="Fraction of requests that get an access-log line (0 turns them off).",
     )
-    # HTTP connection bounds (server/limits.py). Defaults follow common front ends: nginx's
+    # HTTP connection bounds (httpedge/limits.py). Defaults follow common front ends: nginx's
     # large_client_header_buffers (4 x 8 KB) and keepalive_timeout (75 s, longer than
     # the 60 s idle timeout of cloud load balancers, which must close first).
     max_header_bytes: int = Field(

@@ -1,19 +1,31 @@
-"""The gateway's HTTP server protocol: uvicorn's httptools protocol over a transport that
-sends a response's head and body in one write (`core.coalesce`)."""
+"""The gateway's HTTP server protocol: the pod's (`httpedge.limits`: connection bounds,
+one write per response), with refusals in OpenAI's error shape."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import cast
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from podserve.config.gateway_config import GatewayConfig
+from podserve.gateway.wire import ErrorType, error_body
+from podserve.httpedge.limits import HttpLimits, bounded_protocol
 
-from podserve.core.coalesce import CoalescingTransport
+_KINDS = {
+    408: (ErrorType.INVALID, "header_timeout"),
+    431: (ErrorType.INVALID, "headers_too_large"),
+    503: (ErrorType.UNAVAILABLE, "too_many_connections"),
+}
 
 
-class GatewayHttpProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol over a CoalescingTransport (`uvicorn.Config(http=...)`)."""
+def _refusal(status: int, message: str) -> bytes:
+    kind, code = _KINDS.get(status, (ErrorType.INVALID, "bad_request"))
+    return error_body(message, kind, code)
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        wrapped = CoalescingTransport(transport, self.loop)
-        super().connection_made(cast(asyncio.Transport, wrapped))
+
+def gateway_protocol(config: GatewayConfig) -> type[asyncio.Protocol]:
+    """uvicorn's httptools protocol bounded by the config (`uvicorn.Config(http=...)`)."""
+    limits = HttpLimits(
+        max_header_bytes=config.max_header_bytes,
+        header_timeout_s=config.header_timeout_s,
+        max_connections=config.max_connections,
+    )
+    return bounded_protocol(limits, _refusal)

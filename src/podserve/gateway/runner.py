@@ -9,7 +9,7 @@ import uvicorn
 
 from podserve.config.gateway_config import GatewayConfig
 from podserve.gateway.app import Gateway
-from podserve.gateway.edge import GatewayHttpProtocol
+from podserve.gateway.edge import gateway_protocol
 from podserve.gateway.stores import open_store
 
 log = logging.getLogger("podserve.gateway")
@@ -37,7 +37,10 @@ async def serve_gateway(config: GatewayConfig, host: str, port: int, env: Mappin
         # middleware ran on every request (uvicorn/middleware/proxy_headers.py).
         proxy_headers=False,
         interface="asgi3",
-        http=GatewayHttpProtocol,  # a response's head and body in one write (edge.py)
+        # Connection bounds (maxConnections, maxHeaderBytes, headerTimeoutS) and one write
+        # per response (gateway/edge.py, httpedge/).
+        http=gateway_protocol(config),
+        limit_concurrency=None,
         timeout_graceful_shutdown=5,
         # Longer than a load balancer's idle timeout (AWS ALB: 60 s), so the balancer, not
         # the gateway, closes idle connections: a request sent on a connection the server

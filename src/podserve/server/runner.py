@@ -20,9 +20,9 @@ import uvicorn
 
 from podserve.config.settings import ServerSettings
 from podserve.dataplane.build import build_dataplane
+from podserve.httpedge.limits import HttpLimits, bounded_protocol
 from podserve.server.app import App
 from podserve.server.http_server import HttpServer
-from podserve.server.limits import HttpLimits, bounded_protocol
 
 log = logging.getLogger("podserve.server")
 
@@ -76,7 +76,7 @@ async def serve(
         server_header=False,
         # Exits happen only after our own drain, so uvicorn need not wait again.
         timeout_graceful_shutdown=1,
-        limit_concurrency=None,  # server/limits.py caps connections, answering JSON
+        limit_concurrency=None,  # httpedge/limits.py caps connections, answering JSON
         timeout_keep_alive=settings.keep_alive_timeout_s,
         http=bounded_protocol(
             HttpLimits(

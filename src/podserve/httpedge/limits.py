@@ -19,19 +19,20 @@ subclass, at the parser's callbacks:
 - connections: a connection past `max_connections` gets a JSON 503 with Retry-After and
   is closed at once, before a byte of it is read: refusing costs next to nothing.
 
-Every refusal is JSON, like every other error podserve sends.
+Every refusal is JSON, in the error shape of the edge that sends it (`error_body`).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from podserve.core.coalesce import CoalescingTransport
+from podserve.httpedge.coalesce import CoalescingTransport
 
 _REASONS = {
     408: b"Request Timeout",
@@ -47,20 +48,39 @@ class HttpLimits:
     max_connections: int
 
 
-def bounded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
-    """uvicorn's httptools protocol with `limits` (pass as `uvicorn.Config(http=...)`)."""
-    return type("BoundedHttpToolsProtocol", (BoundedHttpToolsProtocol,), {"limits": limits})
+ErrorBody = Callable[[int, str], bytes]
+
+
+def pod_error_body(status: int, message: str) -> bytes:
+    """The pod's error shape, as every other error it sends: {"error": message}."""
+    return orjson.dumps({"error": message})
+
+
+def bounded_protocol(
+    limits: HttpLimits, error_body: ErrorBody = pod_error_body
+) -> type[asyncio.Protocol]:
+    """uvicorn's httptools protocol with `limits` (pass as `uvicorn.Config(http=...)`);
+    `error_body(status, message)` writes a refusal's JSON in the edge's own error shape."""
+    return type(
+        "BoundedHttpToolsProtocol",
+        (BoundedHttpToolsProtocol,),
+        {"limits": limits, "error_body": staticmethod(error_body)},
+    )
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     limits: ClassVar[HttpLimits]
+
+    @staticmethod
+    def error_body(status: int, message: str) -> bytes:  # replaced by bounded_protocol's
+        return pod_error_body(status, message)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._header_bytes = 0
         self._in_headers = True
         self._refused = False
         self._header_timer: asyncio.TimerHandle | None = None
-        # A response's head and body in one write (core/coalesce.py).
+        # A response's head and body in one write (httpedge/coalesce.py).
         super().connection_made(cast(asyncio.Transport, CoalescingTransport(transport, self.loop)))
         if len(self.connections) > self.limits.max_connections:
             self._refuse(
@@ -156,7 +176,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def _refuse(self, status: int, message: str, *, retry_after: bool = False) -> None:
         self._refused = True
         self._disarm_header_timer()
-        body = orjson.dumps({"error": message})
+        body = self.error_body(status, message)
         head: list[Any] = [
             b"HTTP/1.1 %d %s\r\n" % (status, _REASONS[status]),
             b"content-type: application/json\r\n",

@@ -1,5 +1,5 @@
 """One write per HTTP response: a transport wrapper for uvicorn's httptools protocol, used
-by both HTTP edges (the pod's `server.limits`, the gateway's `gateway.edge`).
+by both HTTP edges through `httpedge.limits` (the pod's and the gateway's protocol).
 
 uvicorn writes a response's status line and headers when the app sends
 `http.response.start`, and its body on `http.response.body` (two `transport.write` calls
