@@ -81,59 +81,59 @@ async def closed_loop(send: Send, clients: int, seconds: float) -> dict[str, flo
     return {"cpu_us_per_request": cpu / done * 1e6, "rps": done / wall}
 
 
-async def measure(kind: str, port: int, clients: int, seconds: float) -> dict[str, Any]:
-    base = f"http://127.0.0.1:{port}"
-    headers_b = [(b"content-type", b"application/json"), (b"x-request-id", b"0123456789abcdef")]
-    headers_s = {k.decode(): v.decode() for k, v in headers_b}
-    result: dict[str, Any] = {}
-    if kind == "aiohttp":
-        session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=60),
-            cookie_jar=aiohttp.DummyCookieJar(),
-        )
-        urls = {"oip": URL(base + PATH), "stream": URL(base + "/stream")}
+Close = Callable[[], Awaitable[None]]
+_HEADERS = [(b"content-type", b"application/json"), (b"x-request-id", b"0123456789abcdef")]
 
-        def sender(name: str) -> Send:
-            async def send() -> int:
-                response = await session.request(
-                    "POST", urls[name], data=REQUEST, headers=headers_s
-                )
-                size = 0
-                async for chunk in response.content.iter_any():
-                    size += len(chunk)
-                response.release()
-                return size
 
-            return send
+def _aiohttp(base: str) -> tuple[Callable[[str], Send], Close]:
+    """aiohttp configured as the gateway's was: no pool limit, no cookie jar, parsed URLs,
+    a sock_read timeout."""
+    session = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0),
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=60),
+        cookie_jar=aiohttp.DummyCookieJar(),
+    )
+    urls = {"oip": URL(base + PATH), "stream": URL(base + "/stream")}
+    headers = {k.decode(): v.decode() for k, v in _HEADERS}
 
-        try:
-            for name in ("oip", "stream"):
-                await closed_loop(sender(name), clients, 0.5)  # warm the pool
-                result[name] = await closed_loop(sender(name), clients, seconds)
-        finally:
-            await session.close()
-        return result
-    client = UpstreamClient(5, 60)
-    parsed = {"oip": parse_url(base + PATH), "stream": parse_url(base + "/stream")}
-
-    def lean_sender(name: str) -> Send:
+    def sender(name: str) -> Send:
         async def send() -> int:
-            response = await client.request(b"POST", parsed[name], REQUEST, headers_b)
-            size = 0
-            async for chunk in response.chunks():
-                size += len(chunk)
+            response = await session.request("POST", urls[name], data=REQUEST, headers=headers)
+            size = sum([len(chunk) async for chunk in response.content.iter_any()])
             response.release()
             return size
 
         return send
 
+    return sender, session.close
+
+
+def _upstream_http(base: str) -> tuple[Callable[[str], Send], Close]:
+    client = UpstreamClient(5, 60)
+    urls = {"oip": parse_url(base + PATH), "stream": parse_url(base + "/stream")}
+
+    def sender(name: str) -> Send:
+        async def send() -> int:
+            response = await client.request(b"POST", urls[name], REQUEST, _HEADERS)
+            size = sum([len(chunk) async for chunk in response.chunks()])
+            response.release()
+            return size
+
+        return send
+
+    return sender, client.close
+
+
+async def measure(kind: str, port: int, clients: int, seconds: float) -> dict[str, Any]:
+    build = _aiohttp if kind == "aiohttp" else _upstream_http
+    sender, close = build(f"http://127.0.0.1:{port}")
+    result: dict[str, Any] = {}
     try:
         for name in ("oip", "stream"):
-            await closed_loop(lean_sender(name), clients, 0.5)
-            result[name] = await closed_loop(lean_sender(name), clients, seconds)
+            await closed_loop(sender(name), clients, 0.5)  # warm the pool
+            result[name] = await closed_loop(sender(name), clients, seconds)
     finally:
-        await client.close()
+        await close()
     return result
 
 

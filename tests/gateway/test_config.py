@@ -47,14 +47,17 @@ def test_prices_and_output_caps_past_the_exact_range_are_refused() -> None:
 @pytest.mark.parametrize(
     ("text", "needle"),
     [
-        ("pools: [{name: a, models: [m], endpoints: [x], wieght: 3}]", "wieght"),
+        ("pools: [{name: a, models: [m], endpoints: ['http://x'], wieght: 3}]", "wieght"),
+        ("pools: [{name: a, models: [m], endpoints: [pod-0:8000]}]", "not an http"),
+        ("pools: [{name: a, models: [m], endpoints: ['http://pod:80000']}]", "80000"),
+        ("fallbacks: [{name: h, baseUrl: 'api.openai.com/v1', models: [m]}]", "not an http"),
         ("store: {kind: redis-postgres, redis: r}", "postgres"),
         ("prices: {m: {inputPerMillionUsd: 1}}", "outputPerMillionUsd"),
         ("defaults: {onBudgetShort: maybe}", "onBudgetShort"),
         ("- a list", "mapping"),
         (
-            "pools: [{name: a, models: [m], endpoints: [x]}, {name: a, models: [m], "
-            "endpoints: [y]}]",
+            "pools: [{name: a, models: [m], endpoints: ['http://x']}, {name: a, models: [m], "
+            "endpoints: ['http://y']}]",
             "unique",
         ),
     ],

@@ -6,8 +6,6 @@ runs on (their transports differ: uvloop's are not asyncio.Transport subclasses)
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
-import ipaddress
 import ssl
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
@@ -15,10 +13,6 @@ from typing import Any
 
 import pytest
 import uvloop
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from podserve.gateway.upstream_http import (
     ResponseTooLarge,
@@ -27,6 +21,7 @@ from podserve.gateway.upstream_http import (
     UpstreamTimeout,
     parse_url,
 )
+from tests.support.tls import self_signed
 
 Respond = Callable[[bytes, bytes, asyncio.StreamWriter], Awaitable[bool]]
 
@@ -455,39 +450,8 @@ def test_reading_pauses_while_a_megabyte_is_unread(run: Any) -> None:
     run(main())
 
 
-def _self_signed(tmp: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "podserve-test")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(hours=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = tmp / "cert.pem", tmp / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
-
-
 def test_https_verifies_the_upstream_certificate(run: Any, tmp_path: Path) -> None:
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed(tmp_path)
 
     async def main() -> None:
         serving = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

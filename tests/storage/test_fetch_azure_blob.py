@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime
 import hashlib
 import http.server
-import ipaddress
 import json
 import re
 import shutil
@@ -40,6 +39,7 @@ from podserve.storage.cache import ModelCache, key_for
 from podserve.storage.fetchers import StagingArea
 from podserve.storage.progress import NullProgress
 from tests.storage.support import WAIT_S, expected_digest, serving, spawn_fetch
+from tests.support.tls import self_signed
 
 blob = pytest.importorskip("azure.storage.blob")
 
@@ -342,41 +342,8 @@ class _Entra:
 
 
 def _tls_files(directory: Path) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1, trusted by the clients via
-    REQUESTS_CA_BUNDLE (azure-core's transport is requests)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
+    """Trusted by the clients via REQUESTS_CA_BUNDLE (azure-core's transport is requests)."""
+    return self_signed(directory)
 
 
 @pytest.fixture(scope="module")

@@ -10,14 +10,30 @@ from __future__ import annotations
 from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
 from podserve.core.errors import InvalidInput
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+
+def _http_url(url: str) -> str:
+    """An upstream's URL, checked here so a typo fails at load, not as every request's 503."""
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018 (parses the port, raising on a bad one)
+    except ValueError as exc:
+        raise ValueError(f"{url!r}: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{url!r} is not an http:// or https:// URL with a host")
+    return url
+
+
+HttpUrl = Annotated[str, AfterValidator(_http_url)]
 
 
 class _Section(BaseModel):
@@ -59,7 +75,7 @@ StoreConfig = Annotated[SqliteStore | RedisPostgresStore, Field(discriminator="k
 class Pool(_Section):
     name: str = Field(pattern=_NAME, description="Pool name (the `upstream` metric label).")
     models: list[str] = Field(min_length=1, description="Models this pool serves.")
-    endpoints: list[str] = Field(min_length=1, description="Base URLs of the pods.")
+    endpoints: list[HttpUrl] = Field(min_length=1, description="Base URLs of the pods.")
     weight: int = Field(100, ge=0, description="Share among pools serving the same model.")
     max_waiting: float = Field(
         16.0, gt=0, description="A pod with more waiting requests than this is saturated."
@@ -68,7 +84,7 @@ class Pool(_Section):
 
 class Fallback(_Section):
     name: str = Field(pattern=_NAME, description="Upstream name (the metric label).")
-    base_url: str = Field(description="OpenAI-compatible base URL, ending in /v1.")
+    base_url: HttpUrl = Field(description="OpenAI-compatible base URL, ending in /v1.")
     api_key_env: str | None = Field(None, description="Env var holding the API key.")
     models: list[str] = Field(min_length=1, description="Models it may serve.")
 
