@@ -485,3 +485,56 @@ def test_parse_url() -> None:
     for bad in ("ftp://x/", "http:///path", "no-scheme"):
         with pytest.raises(ValueError, match="not an http"):
             parse_url(bad)
+
+
+def test_an_answer_before_the_whole_body_is_what_the_caller_gets(run: Any) -> None:
+    """A server may refuse a large body from its headers alone (a 413) and close: the
+    client stops sending, returns that answer, and does not reuse the connection."""
+
+    async def main() -> None:
+        async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")  # the headers, never the body
+            body = b'{"error":"request body too large"}'
+            writer.write(
+                b"HTTP/1.1 413 Content Too Large\r\nconnection: close\r\n"
+                b"content-length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(refuse, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = UpstreamClient(1, 5)
+        r = await client.request(
+            b"POST", parse_url(f"http://127.0.0.1:{port}/"), b"x" * (32 << 20), ()
+        )
+        assert r.status == 413
+        assert await r.read(1000) == b'{"error":"request body too large"}'
+        r.release()
+        assert not any(client._idle.values())
+        await client.close()
+        server.close()
+
+    run(main())
+
+
+def test_an_upstream_that_stops_reading_a_large_body_times_out(run: Any) -> None:
+    async def main() -> None:
+        stalled = asyncio.Event()
+
+        async def never_reads(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await stalled.wait()  # reads nothing: the client's writes back up
+            writer.close()
+
+        server = await asyncio.start_server(never_reads, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = UpstreamClient(1, 0.3)
+        with pytest.raises(UpstreamTimeout, match="no body bytes"):
+            await client.request(
+                b"POST", parse_url(f"http://127.0.0.1:{port}/"), b"x" * (64 << 20), ()
+            )
+        stalled.set()
+        await client.close()
+        server.close()
+
+    run(main())

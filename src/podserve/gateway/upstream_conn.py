@@ -60,6 +60,7 @@ class Connection(asyncio.Protocol):
         self._until_close = False
         self._reading_paused = False
         self._spurious = False
+        self.cut = False  # the request's body was not sent whole: never reused
 
     # --- asyncio.Protocol -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -193,18 +194,33 @@ class Connection(asyncio.Protocol):
             self._reading_paused = False
         return chunk
 
-    async def write_large(self, head: bytes, body: bytes) -> None:
+    async def write_large(self, head: bytes, body: bytes, timeout_s: float | None) -> None:
+        """The request in 64 KiB writes; `timeout_s` bounds a wait for the upstream to
+        take more (one that stops reading is not waited on for ever). An upstream may
+        answer before it has the whole body (a 413, then a close): the rest is not sent,
+        the answer is what the caller gets, and the connection is not reused (`cut`)."""
         assert self.transport is not None
         self.transport.write(head)
         view = memoryview(body)
         for start in range(0, len(view), _WRITE_CHUNK):
+            if self.head_done:
+                self.cut = True
+                return
             if self.lost:
                 raise UpstreamError("upstream closed the connection")
             self.transport.write(view[start : start + _WRITE_CHUNK])
             if self._writing_paused:
                 self._drained = self._loop.create_future()
                 try:
-                    await self._drained
+                    async with asyncio.timeout(timeout_s):
+                        await self._drained
+                except TimeoutError:
+                    raise UpstreamTimeout(
+                        f"upstream took no body bytes for {timeout_s:g} s"
+                    ) from None
+                except UpstreamError:
+                    if not self.head_done:
+                        raise
                 finally:
                     self._drained = None
             else:

@@ -159,7 +159,7 @@ class UpstreamResponse:
         conn, self._conn = self._conn, None
         if conn is None:
             return
-        if conn.done and conn.keep_alive and conn.error is None and not conn.lost:
+        if conn.done and conn.keep_alive and conn.error is None and not conn.lost and not conn.cut:
             self._client.reuse(conn)
         else:
             conn.close()
@@ -206,7 +206,7 @@ class UpstreamClient:
         conn.in_use = True
         try:
             if len(body) > _LARGE_BODY:
-                await conn.write_large(head, body)
+                await conn.write_large(head, body, self.read_timeout_s)
             else:
                 assert conn.transport is not None
                 conn.transport.writelines((head, body))
