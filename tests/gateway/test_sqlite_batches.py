@@ -1,5 +1,6 @@
-"""The SQLite store's group commit: the reservations and settlements of one event-loop
-turn share a transaction, in arrival order, all or nothing (sqlite.py, sqlite_ops.py)."""
+"""The SQLite store's group commit: the settlements of one event-loop turn share a
+transaction; a priced reservation commits at once, with the settlements queued before it,
+in arrival order; all or nothing (sqlite.py, sqlite_ops.py)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ async def test_sqlite_settlements_share_one_transaction(tmp_path: Path) -> None:
         holds = [_hold(10, 100, limit_micro=1000) for _ in range(20)]
         before = store.transactions
         results = await asyncio.gather(*(store.reserve(h) for h in holds))
-        assert store.transactions == before + 1
-        # One transaction answers them in arrival order: the first four fit.
+        assert store.transactions == before + 20  # a reservation does not wait for others
+        # In arrival order: the first four fit.
         assert [isinstance(r, Grant) for r in results] == [True] * 4 + [False] * 16
         granted = [h for h, r in zip(holds, results, strict=True) if isinstance(r, Grant)]
         before = store.transactions
@@ -52,18 +53,21 @@ async def test_sqlite_reservation_carries_the_queued_settlements(tmp_path: Path)
         await store.close()
 
 
-async def test_sqlite_reservation_cancelled_before_its_batch_holds_nothing(
+async def test_sqlite_a_priced_reservation_is_committed_before_it_returns(
     tmp_path: Path,
 ) -> None:
-    store = SqliteStore(tmp_path / "gw.db")
+    """Its request is forwarded in the same step, so it is durable first: another
+    connection (a restarted gateway's, the CLI's) already sees it, lease and all."""
+    import sqlite3
+
+    path = tmp_path / "gw.db"
+    store = SqliteStore(path)
     try:
-        loop = asyncio.get_running_loop()
-        task = asyncio.create_task(store.reserve(_hold(10, 100, limit_micro=300)))
-        loop.call_soon(task.cancel)  # before the end-of-turn batch, as for settlements
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        # Nothing was held: the whole budget still fits one reservation of 210.
+        before = store.transactions
         assert await store.reserve(_hold(10, 100, limit_micro=300)) == Grant(100, 210, 110)
+        assert store.transactions == before + 1
+        with sqlite3.connect(path) as other:
+            assert other.execute("SELECT count(*) FROM reservations").fetchone() == (1,)
     finally:
         await store.close()
 
@@ -102,11 +106,12 @@ async def test_sqlite_a_failed_batch_changes_nothing_in_memory_either(tmp_path: 
         # A ledger row already carries `clash`'s id: its settlement's INSERT fails, and
         # with it the whole transaction it shares with `ok`'s settlement and a reservation.
         await store.charge(Charge(_settle(clash, 1, 1), ("key:k1",), clash.labels))
-        late = _hold(0, 0, limit_micro=300, lease_s=-1.0)  # a limit: it goes to the batch
+        late = _hold(0, 0, limit_micro=300, lease_s=-1.0)  # a limit: it writes a row
+        # The reservation commits at once with the two settlements queued before it.
         results = await asyncio.gather(
             store.settle(_settle(ok, 0, 0)),
-            store.reserve(late),
             store.settle(_settle(clash, 0, 0)),
+            store.reserve(late),
             return_exceptions=True,
         )
         assert [type(r) for r in results] == [StoreUnavailable] * 3

@@ -5,18 +5,22 @@ against another process on the same file too (the CLI's `keys` and `spend` comma
 are synchronous on the event loop: a WAL-mode local transaction takes tens of microseconds,
 less than a hop to a thread would.
 
-Reservations and settlements are group-committed: each is queued and written, in arrival
-order, in one transaction at the end of the event-loop turn that queued it. A commit
-appends every page it touched to the WAL (the scopes row, the reservation with its
-indexes, the ledger row with its key: several 4 KiB pages,
-https://www.sqlite.org/wal.html "Performance Considerations"), and py-spy put the store
-at about a third of the gateway's CPU per OIP request with one transaction per
-reservation (benchmarks/gateway.py --profile); sharing a transaction writes each page
-once. Arrival order keeps every decision exact: a reservation queued after a settlement
-sees the budget it released, and one queued after another sees its hold. A reservation
-waits for the end of the turn, not for a timer: the requests that arrived in the same
-turn are what share its commit. An operation cancelled before its batch runs writes
-nothing (a settlement's lease settles it; a reservation was never granted).
+Settlements are group-committed: each is queued and written, in arrival order, in one
+transaction at the end of the event-loop turn that queued it. A commit appends every page
+it touched to the WAL (the scopes row, the reservation with its indexes, the ledger row
+with its key: several 4 KiB pages, https://www.sqlite.org/wal.html "Performance
+Considerations"), and py-spy put the store at about a third of the gateway's CPU per OIP
+request with one transaction per request (benchmarks/gateway.py --profile); sharing a
+transaction writes each page once. An operation cancelled before its batch runs writes
+nothing (a settlement's lease settles it).
+
+A priced reservation does not wait for the end of the turn: it is committed at once, in a
+transaction with the settlements queued before it, so it sees the budget they released
+(arrival order keeps every decision exact), and its request is forwarded in the same step.
+Waiting cost a completion 3.4 ms p50 at c=64 (docs/gateway.md, "Where a completion's added
+time goes"): the turn's other work, the commit, then a second turn for the task to resume.
+A reservation is committed before its request is forwarded either way, so a crashed
+gateway's requests are still charged through their leases.
 
 What each transaction writes, and why a hold of nothing has no row, is in `sqlite_ops`
 (the reserve and settle operations): one ledger row per settled request, a reservation row
@@ -34,6 +38,7 @@ and would then charge a settled request in full through its lease).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
 import time
@@ -129,21 +134,29 @@ class SqliteStore:
 
     def _commit_batch(self) -> None:
         """One transaction: the queued operations in order; all fail if it fails."""
+        with contextlib.suppress(Exception):  # every caller in it got the failure
+            self._at_once(None)
+
+    def _at_once(self, op: Callable[[Tx], T] | None) -> T | None:
+        """One transaction now: the queued operations in arrival order, then `op`. Their
+        callers get their results; all fail if it fails, `op`'s caller by the raise."""
         batch, self._batch = self._batch, []
         live = [(queued, future) for queued, future in batch if not future.cancelled()]
-        if not live:
-            return
+        if not live and op is None:
+            return None
         try:
             with self._tx() as tx:
                 results = [queued(tx) for queued, _ in live]
+                mine = None if op is None else op(tx)
         except Exception as exc:  # all or nothing: every caller sees the failure
             for _, future in live:
                 if not future.done():
                     future.set_exception(exc)
-            return
+            raise
         for (_, future), done in zip(live, results, strict=True):
             if not future.done():
                 future.set_result(done)
+        return mine
 
     @contextmanager
     def _tx(self) -> Iterator[Tx]:
@@ -204,7 +217,9 @@ class SqliteStore:
         found = reserve_without_sql(hold, at, self._unheld)
         if found is not None:
             return found
-        return await self._queued(lambda tx: reserve_in(tx, hold, at))
+        granted = self._at_once(lambda tx: reserve_in(tx, hold, at))
+        assert granted is not None
+        return granted
 
     async def settle(self, settlement: Settlement) -> bool:
         return await self._queued(lambda tx: settle_in(tx, settlement))
