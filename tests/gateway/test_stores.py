@@ -381,6 +381,16 @@ async def test_an_expired_hold_of_nothing_is_ledgered_at_zero(
     assert [(r.cost_micro, r.requests) for r in rows] == [(0, 1)]
 
 
+async def _only_the_priced_hold_was_charged(successor: Store) -> None:
+    """After a crashed store's leases expired: its priced hold (210 µ$) is ledgered and
+    counted against the budget; its hold of nothing left no trace."""
+    rows = await successor.spend(Dimension.KEY)
+    assert [(r.cost_micro, r.requests) for r in rows] == [(210, 1)]
+    # The budget counts the expired hold: 1000 - 210 leaves room for 3 more, not 4.
+    more = [await successor.reserve(_hold(10, 100, limit_micro=1000)) for _ in range(4)]
+    assert [isinstance(r, Grant) for r in more] == [True, True, True, False]
+
+
 async def test_sqlite_a_crashed_gateway_leaves_only_its_priced_holds(tmp_path: Path) -> None:
     """What a crash costs (sqlite_ops): a priced reservation is a row, so the next gateway
     on the file charges it in full when its lease runs out; a hold of nothing lived in the
@@ -394,11 +404,7 @@ async def test_sqlite_a_crashed_gateway_leaves_only_its_priced_holds(tmp_path: P
     successor = SqliteStore(tmp_path / "gw.db")
     try:
         assert await successor.expire_leases(time.time()) == 1
-        rows = await successor.spend(Dimension.KEY)
-        assert [(r.cost_micro, r.requests) for r in rows] == [(210, 1)]
-        # The budget counts the expired hold: 1000 - 210 leaves room for 3 more, not 4.
-        more = [await successor.reserve(_hold(10, 100, limit_micro=1000)) for _ in range(4)]
-        assert [isinstance(r, Grant) for r in more] == [True, True, True, False]
+        await _only_the_priced_hold_was_charged(successor)
     finally:
         await successor.close()
         await crashed.close()
@@ -430,11 +436,7 @@ async def test_redis_a_crashed_replica_leaves_only_its_priced_holds(
 
         with redis.Redis.from_url(redis_url) as r:  # the crashed writer's lock runs out (5 s)
             r.delete(("{gw}:" if cluster else "gw:") + "ledger:writer")
-        rows = await successor.spend(Dimension.KEY)
-        assert [(r.cost_micro, r.requests) for r in rows] == [(210, 1)]
-        # The budget counts the expired hold: 1000 - 210 leaves room for 3 more, not 4.
-        more = [await successor.reserve(_hold(10, 100, limit_micro=1000)) for _ in range(4)]
-        assert [isinstance(r, Grant) for r in more] == [True, True, True, False]
+        await _only_the_priced_hold_was_charged(successor)
     finally:
         await successor.close()
         await crashed.close()

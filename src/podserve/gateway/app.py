@@ -107,7 +107,6 @@ class Gateway:
         setup = getattr(self.accounting.store, "setup", None)
         if setup is not None:
             await setup()
-        await self.forwarder.start()
         await self.scraper.start()
         self._housekeeping = asyncio.create_task(self._housekeep())
 

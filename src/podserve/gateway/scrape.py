@@ -95,15 +95,19 @@ async def _get(client: UpstreamClient, url: Url) -> tuple[int, str]:
         response.release()  # closed instead when the body was not read whole
 
 
+def probe_urls(endpoint: str) -> tuple[Url, Url]:
+    """An endpoint's `/ready` and `/metrics`, parsed once (they are polled every 50 ms)."""
+    return parse_url(f"{endpoint}/ready"), parse_url(f"{endpoint}/metrics")
+
+
 async def scrape_once(
-    client: UpstreamClient, endpoint: str, timeout_s: float = 1.0
+    client: UpstreamClient, urls: tuple[Url, Url], timeout_s: float = 1.0
 ) -> EndpointLoad | None:
     """One pod's load, or None when it did not answer (refused, timed out)."""
     try:
         async with asyncio.timeout(timeout_s):
             (ready, _), (status, text) = await asyncio.gather(
-                _get(client, parse_url(f"{endpoint}/ready")),
-                _get(client, parse_url(f"{endpoint}/metrics")),
+                _get(client, urls[0]), _get(client, urls[1])
             )
     except (TimeoutError, UpstreamError, OSError, UnicodeDecodeError, ResponseTooLarge):
         return None
@@ -120,14 +124,20 @@ class Scraper:
         self._interval_s = interval_s
         self._timeout_s = timeout_s
         self._client = UpstreamClient(timeout_s, timeout_s)
+        self._urls: dict[str, tuple[Url, Url]] = {}
         self._misses: dict[str, int] = {}
         self._task: asyncio.Task[None] | None = None
         self.rounds = 0
 
     async def refresh(self) -> None:
         endpoints = self._router.endpoints()
+        for endpoint in endpoints:
+            if endpoint not in self._urls:
+                self._urls[endpoint] = probe_urls(endpoint)
         client, timeout_s = self._client, self._timeout_s
-        loads = await asyncio.gather(*(scrape_once(client, ep, timeout_s) for ep in endpoints))
+        loads = await asyncio.gather(
+            *(scrape_once(client, self._urls[ep], timeout_s) for ep in endpoints)
+        )
         for endpoint, load in zip(endpoints, loads, strict=True):
             if load is not None:  # an answer, ready or not, is believed at once
                 self._misses[endpoint] = 0

@@ -211,8 +211,8 @@ class SqliteStore:
 
     # --- budgets ---------------------------------------------------------------------
     async def reserve(self, hold: Hold) -> Grant | Refusal:
-        # A hold of nothing that nothing can refuse is answered now: it reads and writes
-        # nothing, so it need not wait for the end of the turn.
+        # A hold of nothing that nothing can refuse needs no transaction: it reads and
+        # writes nothing (sqlite_ops.reserve_without_sql).
         at = self._wall() if hold.reserved_at is None else hold.reserved_at
         found = reserve_without_sql(hold, at, self._unheld)
         if found is not None:
