@@ -20,6 +20,9 @@ from tests.support.server import ServerProcess, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY_LM = ROOT / "examples" / "models" / "tiny-lm"
+PROXY_ENV = tuple(
+    v for n in ("http_proxy", "https_proxy", "no_proxy", "all_proxy") for v in (n, n.upper())
+)
 
 
 class GatewayProcess(ServerProcess):
@@ -27,6 +30,11 @@ class GatewayProcess(ServerProcess):
 
     def __init__(self, config: dict[str, Any], workdir: Path, env: dict[str, str] | None = None):
         super().__init__(env=env)
+        # The pods are on loopback: a proxy in the machine's environment (a CI runner's)
+        # would get their traffic. Only a test's own proxy settings reach the gateway.
+        for name in PROXY_ENV:
+            if name not in (env or {}):
+                self.env.pop(name, None)
         self.workdir = workdir
         self.config_path = workdir / "gateway.yaml"
         self.config_path.write_text(yaml.safe_dump(config))

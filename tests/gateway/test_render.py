@@ -121,3 +121,65 @@ def test_podserve_render_dispatches_on_kind(tmp_path: Path) -> None:
     )
     assert refused.returncode == 2
     assert "replicas" in refused.stderr
+
+
+def _with_proxy(extra: str, *, secrets: str = "") -> str:
+    text = SPEC.read_text().replace("  config:\n", f"{extra}  config:\n", 1)
+    return text.replace("  secrets:\n", f"  secrets:\n{secrets}", 1)
+
+
+def test_an_egress_proxy_is_rendered_as_the_environment_the_gateway_reads() -> None:
+    from podserve.config.egress_proxy import ProxySettings
+
+    text = _with_proxy(
+        "  egressProxy:\n"
+        "    httpsProxy: http://proxy.corp:3128\n"
+        "    noProxy: [.svc, .cluster.local, 10.0.0.0/8]\n"
+    )
+    deployment = next(o for o in _render(text) if o["kind"] == "Deployment")
+    env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    values = {e["name"]: e["value"] for e in env if "value" in e}
+    assert values == {
+        "HTTPS_PROXY": "http://proxy.corp:3128",
+        "NO_PROXY": ".svc,.cluster.local,10.0.0.0/8",
+    }
+    # what the gateway makes of that environment: the hosted API through the proxy,
+    # the pods direct
+    settings = ProxySettings.from_env(values)
+    proxy = settings.for_origin("https", "api.example.com", 443)
+    assert proxy is not None
+    assert (proxy.host, proxy.port) == ("proxy.corp", 3128)
+    assert settings.for_origin("http", "tiny-lm.ml.svc", 8000) is None
+    documents = parse_documents(dump_all(_render(text)), "rendered")
+    assert not lint_documents(documents, ALL_RULES).findings
+
+
+def test_a_proxy_url_from_a_secret_still_needs_no_proxy_for_the_pods() -> None:
+    secret = "    - {env: HTTPS_PROXY, secret: egress, key: url}\n"
+    with pytest.raises(InvalidInput, match=r"egressProxy\.noProxy with the pods' domains"):
+        load_gateway_spec(_with_proxy("", secrets=secret), "spec")
+    text = _with_proxy("  egressProxy: {noProxy: [.svc]}\n", secrets=secret)
+    deployment = next(o for o in _render(text) if o["kind"] == "Deployment")
+    env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["HTTPS_PROXY"]["valueFrom"]["secretKeyRef"] == {"name": "egress", "key": "url"}
+    assert env["NO_PROXY"]["value"] == ".svc"
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (  # the pods are *.ml.svc: a proxy could not reach them
+            "  egressProxy: {httpsProxy: 'http://p:3128', httpProxy: 'http://p:3128', "
+            "noProxy: [.cluster.local]}\n",
+            r"pool chat's endpoint http://tiny-lm\.ml\.svc:8000 would go through",
+        ),
+        (
+            "  egressProxy: {httpsProxy: 'http://user:pw@p:3128'}\n",
+            "credentials belong in a Secret",
+        ),
+        ("  egressProxy: {httpsProxy: 'socks5://p:1080'}\n", "only http:// proxies"),
+    ],
+)
+def test_an_egress_proxy_that_would_not_work_is_refused(extra: str, needle: str) -> None:
+    with pytest.raises(InvalidInput, match=needle):
+        load_gateway_spec(_with_proxy(extra), "spec")

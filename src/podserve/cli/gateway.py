@@ -129,18 +129,25 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from podserve.config.egress_proxy import ProxySettings
     from podserve.gateway.runner import serve_gateway
     from podserve.obs.logging import configure_logging
 
     config = _load(args)
     if config is None:
         return 2
+    try:  # an egress proxy the client cannot use is refused now, not at the first request
+        proxies = ProxySettings.from_env(os.environ)
+    except ValueError as exc:
+        print(f"podserve gateway: {exc}", file=sys.stderr)
+        return 2
     configure_logging(args.log_format)
+    serving = serve_gateway(config, args.host, args.port, os.environ, proxies)
     try:
         import uvloop
     except ImportError:  # uvloop is optional; asyncio works, slower
-        return _run(serve_gateway(config, args.host, args.port, os.environ))
-    return uvloop.run(serve_gateway(config, args.host, args.port, os.environ))
+        return _run(serving)
+    return uvloop.run(serving)
 
 
 def _keys_create(args: argparse.Namespace) -> int:

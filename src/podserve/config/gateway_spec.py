@@ -5,16 +5,23 @@ config (gateway_config.py), checked here so a bad config fails at render, not at
 Several replicas need the shared store: the spec refuses `store.kind: sqlite` (each replica
 would keep its own budgets and limits — the multiplication LiteLLM #40291 reports), and the
 store's URL and DSN come from a Secret, never from the spec.
+
+`egressProxy` sets the proxy environment the gateway's upstream client reads
+(config/egress_proxy.py). A proxy that got the pods' traffic would break every request
+(it cannot reach cluster-internal names), so every pool endpoint must be covered by
+`noProxy`; that is checked here, against the rule the gateway itself applies.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
+from podserve.config.egress_proxy import ProxySettings, parse_proxy
 from podserve.config.gateway_config import GatewayConfig, RedisPostgresStore
 from podserve.core.errors import InvalidInput
 
@@ -37,6 +44,46 @@ class SecretEnv(_Spec):
     key: str = Field(min_length=1, description="Key in the Secret.")
 
 
+_PROXY_ENV = {"http": ("http_proxy", "HTTP_PROXY"), "https": ("https_proxy", "HTTPS_PROXY")}
+
+
+class EgressProxy(_Spec):
+    https_proxy: str | None = Field(
+        None,
+        description="http://host:port of the proxy for https upstreams (hosted APIs), "
+        "tunnelled with CONNECT. A URL with credentials goes in spec.secrets as "
+        "HTTPS_PROXY instead.",
+    )
+    http_proxy: str | None = Field(None, description="The proxy for http upstreams.")
+    no_proxy: list[str] = Field(
+        default_factory=lambda: [".svc", ".cluster.local"],
+        description="Hosts, domains (with their subdomains), IPs and CIDRs that go direct; "
+        "every pool endpoint must be one of them.",
+    )
+
+    @model_validator(mode="after")
+    def _usable(self) -> EgressProxy:
+        for name, value in (("httpsProxy", self.https_proxy), ("httpProxy", self.http_proxy)):
+            if value is None:
+                continue
+            parse_proxy(value, name)  # ValueError names the field
+            if urlsplit(value if "://" in value else f"http://{value}").username is not None:
+                raise ValueError(
+                    f"{name}: credentials belong in a Secret (spec.secrets, env "
+                    f"{'HTTPS_PROXY' if name == 'httpsProxy' else 'HTTP_PROXY'}), not the spec"
+                )
+        return self
+
+    def env(self) -> list[dict[str, str]]:
+        out = []
+        if self.https_proxy:
+            out.append({"name": "HTTPS_PROXY", "value": self.https_proxy})
+        if self.http_proxy:
+            out.append({"name": "HTTP_PROXY", "value": self.http_proxy})
+        out.append({"name": "NO_PROXY", "value": ",".join(self.no_proxy)})
+        return out
+
+
 class GatewaySpec(_Spec):
     image: str = Field(min_length=1, description="podserve image, pinned by tag or digest.")
     replicas: int = Field(2, ge=2, description="Floor; a proxy needs at least two.")
@@ -55,6 +102,11 @@ class GatewaySpec(_Spec):
     allow_from_namespaces: list[str] = Field(
         default_factory=list,
         description="Namespaces whose pods may call the gateway (empty: any namespace).",
+    )
+    egress_proxy: EgressProxy | None = Field(
+        None,
+        description="The proxy the gateway reaches upstreams through (hosted APIs from a "
+        "cluster without direct egress); pool endpoints stay direct through noProxy.",
     )
     config: GatewayConfig = Field(description="The gateway config (docs/gateway.md).")
 
@@ -80,7 +132,47 @@ class GatewaySpec(_Spec):
             raise ValueError(f"secrets: no Secret for env var(s) {', '.join(missing)}")
         if self.max_replicas < self.replicas:
             raise ValueError("maxReplicas must be >= replicas")
+        self._pods_bypass_the_proxy(given)
         return self
+
+    def _pods_bypass_the_proxy(self, secret_env: set[str]) -> None:
+        """Every pool endpoint goes direct, whether the proxy URL is in egressProxy or
+        (with credentials) in a Secret; the rule is the gateway's own (ProxySettings)."""
+        proxy = self.egress_proxy
+        literal = {"https": proxy.https_proxy, "http": proxy.http_proxy} if proxy else {}
+        schemes = set()
+        for scheme, names in _PROXY_ENV.items():
+            in_secret = bool(secret_env & set(names))
+            if in_secret and literal.get(scheme):
+                raise ValueError(
+                    f"egressProxy: the {scheme} proxy is set both here and in spec.secrets"
+                )
+            if in_secret or literal.get(scheme):
+                schemes.add(scheme)
+        if not schemes:
+            return
+        if proxy is None:
+            raise ValueError(
+                "spec.secrets sets a proxy: add egressProxy.noProxy with the pods' domains "
+                "(e.g. [.svc, .cluster.local]) so pool traffic stays direct"
+            )
+        placeholder = parse_proxy("http://egress-proxy:3128", "check")
+        settings = ProxySettings(
+            http=placeholder if "http" in schemes else None,
+            https=placeholder if "https" in schemes else None,
+            no_proxy=",".join(proxy.no_proxy),
+        )
+        for pool in self.config.pools:
+            for endpoint in pool.endpoints:
+                url = urlsplit(str(endpoint))
+                scheme, host = url.scheme, url.hostname or ""
+                port = url.port or (443 if scheme == "https" else 80)
+                if settings.for_origin(scheme, host, port) is not None:
+                    raise ValueError(
+                        f"egressProxy.noProxy: pool {pool.name}'s endpoint {endpoint} would "
+                        f"go through the egress proxy, which cannot reach it; add {host} or "
+                        "its domain"
+                    )
 
 
 class Gateway(_Spec):

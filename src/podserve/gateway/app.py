@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 import orjson
 
+from podserve.config.egress_proxy import NO_PROXIES, ProxySettings
 from podserve.config.gateway_config import GatewayConfig
 from podserve.gateway.accounting import Accounting, Admission
 from podserve.gateway.asgi import App, Call, Headers, Reply, Routes
@@ -60,7 +61,13 @@ log = logging.getLogger("podserve.gateway")
 class Gateway:
     """Everything one gateway replica holds; `asgi()` is its HTTP app."""
 
-    def __init__(self, config: GatewayConfig, store: Store, hosted_keys: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        store: Store,
+        hosted_keys: Mapping[str, str],
+        proxies: ProxySettings = NO_PROXIES,
+    ) -> None:
         self.config = config
         self.metrics = GatewayMetrics()
         self.router = Router(config)
@@ -75,8 +82,9 @@ class Gateway:
             hosted_keys,
             r.connect_timeout_s,
             r.read_timeout_s,
+            proxies,
         )
-        self.scraper = Scraper(self.router, r.scrape_interval_ms / 1000)
+        self.scraper = Scraper(self.router, r.scrape_interval_ms / 1000, proxies=proxies)
         self._housekeeping: asyncio.Task[None] | None = None
 
     # --- lifecycle -------------------------------------------------------------------

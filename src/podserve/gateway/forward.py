@@ -17,6 +17,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from podserve.config.egress_proxy import NO_PROXIES, ProxySettings
 from podserve.gateway.errors import NoUpstream, UpstreamFailed
 from podserve.gateway.metrics import GatewayMetrics
 from podserve.gateway.retry_budget import RetryBudget
@@ -63,6 +64,7 @@ class Forwarder:
         hosted_keys: Mapping[str, str],
         connect_timeout_s: float,
         read_timeout_s: float,
+        proxies: ProxySettings = NO_PROXIES,
     ) -> None:
         self._router = router
         self._budget = budget
@@ -71,7 +73,7 @@ class Forwarder:
         # are kept: one client carries every tenant's requests, and a stored Set-Cookie
         # (hosted APIs set them: OpenAI's, behind Cloudflare, sends `__cf_bm`) would ride
         # every later request to that host, whoever made it (tests/gateway/test_cookies.py).
-        self._client = UpstreamClient(connect_timeout_s, read_timeout_s)
+        self._client = UpstreamClient(connect_timeout_s, read_timeout_s, proxies=proxies)
         # Parsed upstream URLs. The paths are the routes' and the configured models'
         # (checked before sending): few.
         self._urls: dict[str, Url] = {}

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 import uvicorn
 
+from podserve.config.egress_proxy import NO_PROXIES, ProxySettings
 from podserve.config.gateway_config import GatewayConfig
 from podserve.gateway.app import Gateway
 from podserve.gateway.edge import gateway_protocol
@@ -15,7 +16,13 @@ from podserve.gateway.stores import open_store
 log = logging.getLogger("podserve.gateway")
 
 
-async def serve_gateway(config: GatewayConfig, host: str, port: int, env: Mapping[str, str]) -> int:
+async def serve_gateway(
+    config: GatewayConfig,
+    host: str,
+    port: int,
+    env: Mapping[str, str],
+    proxies: ProxySettings = NO_PROXIES,
+) -> int:
     hosted_keys = {
         fb.name: env.get(fb.api_key_env, "") for fb in config.fallbacks if fb.api_key_env
     }
@@ -24,7 +31,7 @@ async def serve_gateway(config: GatewayConfig, host: str, port: int, env: Mappin
     ]
     if missing:
         log.warning("fallback API key env vars are unset", extra={"env": missing})
-    gateway = Gateway(config, open_store(config, env), hosted_keys)
+    gateway = Gateway(config, open_store(config, env), hosted_keys, proxies)
     uv_config = uvicorn.Config(
         gateway.asgi(),
         host=host,

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import math
 
+from podserve.config.egress_proxy import NO_PROXIES, ProxySettings
 from podserve.gateway.routing import EndpointLoad, Router
 from podserve.gateway.upstream_http import (
     ResponseTooLarge,
@@ -119,11 +120,17 @@ async def scrape_once(
 class Scraper:
     """Refreshes the router's view of every pool endpoint each interval."""
 
-    def __init__(self, router: Router, interval_s: float, timeout_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        router: Router,
+        interval_s: float,
+        timeout_s: float = 1.0,
+        proxies: ProxySettings = NO_PROXIES,
+    ) -> None:
         self._router = router
         self._interval_s = interval_s
         self._timeout_s = timeout_s
-        self._client = UpstreamClient(timeout_s, timeout_s)
+        self._client = UpstreamClient(timeout_s, timeout_s, proxies=proxies)
         self._urls: dict[str, tuple[Url, Url]] = {}
         self._misses: dict[str, int] = {}
         self._task: asyncio.Task[None] | None = None

@@ -23,8 +23,10 @@ for a W1-sized OIP exchange (116 against 28.6 µs on a busy machine) and 2.6 tim
 - Timeouts: `connect_timeout_s` (TCP and TLS); `read_timeout_s`, the longest wait for the
   next bytes of a response (its headers or a body chunk), as aiohttp's `sock_read`.
 - https with the system's CA store (`ssl.create_default_context()`; OpenSSL honours
-  `SSL_CERT_FILE` and `SSL_CERT_DIR`). No cookies, redirects or proxies, and no
-  Accept-Encoding, so bodies come uncompressed.
+  `SSL_CERT_FILE` and `SSL_CERT_DIR`).
+- An egress proxy from the environment (`https_proxy`, `http_proxy`, `no_proxy`:
+  `upstream_proxy`), chosen once per origin.
+- No cookies, no redirects, and no Accept-Encoding, so bodies come uncompressed.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
 
+from podserve.config.egress_proxy import NO_PROXIES, Proxy, ProxySettings
 from podserve.gateway.upstream_conn import Connection, UpstreamError, UpstreamTimeout
+from podserve.gateway.upstream_proxy import open_tunnel
 
 __all__ = [
     "Header",
@@ -180,6 +184,7 @@ class UpstreamClient:
         *,
         idle_s: float = IDLE_S,
         ssl_context: ssl.SSLContext | None = None,
+        proxies: ProxySettings = NO_PROXIES,
     ) -> None:
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
@@ -189,6 +194,8 @@ class UpstreamClient:
         self._open: set[Connection] = set()
         self._closed = False
         self.connections_made = 0
+        self._proxies = proxies
+        self._proxy_of: dict[tuple[str, str, int], Proxy | None] = {}
 
     async def request(
         self, method: bytes, url: Url, body: bytes, headers: Iterable[Header]
@@ -197,8 +204,15 @@ class UpstreamClient:
         lines = _header_lines(headers)
         if body or method == b"POST":
             lines.append(b"content-length: %d\r\n" % len(body))
+        target = url.target
+        proxy = None
+        if self._proxies.any and url.scheme == "http":
+            proxy = self._proxy(url)
+            if proxy is not None:  # the proxy is told where: the absolute URL
+                target = b"http://" + url.host_header + target
+                lines.append(proxy.header_lines())
         head = b"".join(
-            (method, b" ", url.target, b" HTTP/1.1\r\nhost: ", url.host_header,
+            (method, b" ", target, b" HTTP/1.1\r\nhost: ", url.host_header,
              b"\r\nuser-agent: ", _USER_AGENT, b"\r\n", *lines, b"\r\n")
         )  # fmt: skip
         conn = self._pooled(url.origin) or await self._connect(url)
@@ -214,6 +228,11 @@ class UpstreamClient:
                 if conn.error is not None:
                     raise conn.error
                 await conn.wait(self.read_timeout_s)
+            if proxy is not None and conn.status == 407:
+                # The proxy's, not the upstream's: the client is not asked for credentials.
+                raise UpstreamError(
+                    f"proxy {proxy.host}:{proxy.port} refused the request: 407 (credentials)"
+                )
         except BaseException:
             conn.close()
             raise
@@ -234,6 +253,13 @@ class UpstreamClient:
             return conn
         return None
 
+    def _proxy(self, url: Url) -> Proxy | None:
+        try:
+            return self._proxy_of[url.origin]
+        except KeyError:
+            found = self._proxy_of[url.origin] = self._proxies.for_origin(*url.origin)
+            return found
+
     async def _connect(self, url: Url) -> Connection:
         loop = asyncio.get_running_loop()
         context = None
@@ -241,20 +267,52 @@ class UpstreamClient:
             if self._ssl is None:
                 self._ssl = ssl.create_default_context()
             context = self._ssl
+        proxy = self._proxy(url) if self._proxies.any else None
+        via = "" if proxy is None else f" via proxy {proxy.host}:{proxy.port}"
         try:
             async with asyncio.timeout(self.connect_timeout_s):
-                _, conn = await loop.create_connection(
-                    lambda: Connection(url.origin, loop, self._open),
-                    url.host,
-                    url.port,
-                    ssl=context,
-                    server_hostname=url.host if context is not None else None,
-                )
+                if proxy is None:
+                    _, conn = await loop.create_connection(
+                        lambda: Connection(url.origin, loop, self._open),
+                        url.host,
+                        url.port,
+                        ssl=context,
+                        server_hostname=url.host if context is not None else None,
+                    )
+                elif context is None:  # http: requests go to the proxy itself
+                    _, conn = await loop.create_connection(
+                        lambda: Connection(url.origin, loop, self._open), proxy.host, proxy.port
+                    )
+                else:
+                    conn = await self._tunnel(loop, proxy, url, context)
         except TimeoutError as exc:
             raise UpstreamTimeout(
-                f"no connection to {url.host}:{url.port} in {self.connect_timeout_s:g} s"
+                f"no connection to {url.host}:{url.port}{via} in {self.connect_timeout_s:g} s"
             ) from exc
         self.connections_made += 1
+        return conn
+
+    async def _tunnel(
+        self, loop: asyncio.AbstractEventLoop, proxy: Proxy, url: Url, context: ssl.SSLContext
+    ) -> Connection:
+        """https through the proxy: CONNECT, then TLS with the upstream over the tunnel."""
+        raw = await open_tunnel(loop, proxy, url.host, url.port)
+        conn = Connection(url.origin, loop, self._open)
+        try:
+            # start_tls hands the connection to `conn` without calling connection_made
+            # (asyncio's SSLProtocol with call_connection_made=False; uvloop's alike).
+            tls = await loop.start_tls(
+                raw,  # type: ignore[arg-type]  # uvloop's transports are not asyncio's
+                conn,
+                context,
+                server_hostname=url.host,
+            )
+        except BaseException:
+            raw.close()
+            raise
+        if tls is None:  # the loop closed the connection during the handshake
+            raise UpstreamError(f"TLS with {url.host}:{url.port} through the proxy failed")
+        conn.connection_made(tls)
         return conn
 
     def reuse(self, conn: Connection) -> None:

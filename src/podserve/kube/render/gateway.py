@@ -57,10 +57,12 @@ def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
 def _deployment(gw: Gateway, config_text: str) -> Manifest:
     spec = gw.spec
     checksum = hashlib.sha256(config_text.encode()).hexdigest()
-    env = [
+    env: list[dict[str, Any]] = [
         {"name": s.env, "valueFrom": {"secretKeyRef": {"name": s.secret, "key": s.key}}}
         for s in spec.secrets
     ]
+    if spec.egress_proxy is not None:  # read by config/egress_proxy.py in the gateway
+        env += spec.egress_proxy.env()
     container = {
         "name": COMPONENT,
         "image": spec.image,

@@ -1,0 +1,148 @@
+"""Which egress proxy an upstream is reached through, configured the way every other
+client on a node is (the tunnel itself is `podserve.gateway.upstream_proxy`):
+`https_proxy` / `HTTPS_PROXY` for https upstreams, `http_proxy` / `HTTP_PROXY` for http
+ones, `no_proxy` / `NO_PROXY` for the hosts that go direct (lower case first, as curl and
+Go's net/http `ProxyFromEnvironment` read them).
+
+Clusters that reach hosted APIs only through an egress proxy set these on the gateway's
+Deployment, with the cluster's own names in NO_PROXY so pods stay direct. NO_PROXY
+entries, as Go's httpproxy package reads them (golang.org/x/net/http/httpproxy):
+`*` (everything), a domain that matches itself and its subdomains (`example.com`,
+`.example.com`), an IP address, a CIDR block (`10.0.0.0/8`: pod and service IPs), each
+optionally with `:port`. Kubernetes' own guidance puts `.svc`, `.cluster.local` and the
+pod/service CIDRs there.
+
+https goes through a CONNECT tunnel (RFC 9110 §9.3.6), TLS end to end with the upstream,
+so the proxy sees only the host; plain http is sent to the proxy with the absolute URL as
+the request target (RFC 9112 §3.2.2). `user:password@` in the proxy URL becomes
+`Proxy-Authorization: Basic` (RFC 7617). Only http:// proxies: a TLS or SOCKS proxy URL
+is refused when the gateway starts, not at the first request.
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit
+
+
+@dataclass(frozen=True, slots=True)
+class Proxy:
+    host: str
+    port: int
+    authorization: bytes | None  # the Proxy-Authorization value
+
+    def header_lines(self) -> bytes:
+        if self.authorization is None:
+            return b""
+        return b"proxy-authorization: " + self.authorization + b"\r\n"
+
+
+def parse_proxy(value: str, source: str) -> Proxy:
+    """`http://[user:password@]host[:port]`, or `host:port` (taken as http, as curl does)."""
+    text = value.strip()
+    if "://" not in text:
+        text = "http://" + text
+    parts = urlsplit(text)
+    if parts.scheme != "http":
+        raise ValueError(
+            f"{source}={value!r}: only http:// proxies are supported (https is tunnelled "
+            "through an http proxy with CONNECT)"
+        )
+    try:
+        port = parts.port or 80
+    except ValueError as exc:
+        raise ValueError(f"{source}={value!r}: {exc}") from None
+    if not parts.hostname:
+        raise ValueError(f"{source}={value!r}: no proxy host")
+    authorization = None
+    if parts.username is not None:
+        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        authorization = b"Basic " + base64.b64encode(pair.encode())
+    return Proxy(parts.hostname, port, authorization)
+
+
+@dataclass(frozen=True, slots=True)
+class _Bypass:
+    everything: bool
+    domains: tuple[tuple[str, int | None], ...]  # (suffix without a leading dot, port)
+    networks: tuple[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, int | None], ...]
+
+    def matches(self, host: str, port: int) -> bool:
+        if self.everything:
+            return True
+        host = host.lower().rstrip(".")
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            address = None
+        if address is not None:
+            return any(address in net and (p is None or p == port) for net, p in self.networks)
+        return any(
+            (host == d or host.endswith("." + d)) and (p is None or p == port)
+            for d, p in self.domains
+        )
+
+
+def _parse_bypass(value: str) -> _Bypass:
+    domains: list[tuple[str, int | None]] = []
+    networks: list[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, int | None]] = []
+    for raw in value.split(","):
+        entry = raw.strip().lower()
+        if not entry:
+            continue
+        if entry == "*":
+            return _Bypass(True, (), ())
+        port: int | None = None
+        try:  # a bare address or block (IPv6 has colons of its own)
+            networks.append((ipaddress.ip_network(entry.strip("[]"), strict=False), None))
+            continue
+        except ValueError:
+            pass
+        host, sep, tail = entry.rpartition(":")
+        if sep and tail.isdigit():
+            entry, port = host, int(tail)
+        try:
+            networks.append((ipaddress.ip_network(entry.strip("[]"), strict=False), port))
+        except ValueError:
+            domains.append((entry.lstrip("*").lstrip(".").rstrip("."), port))
+    return _Bypass(False, tuple(domains), tuple(networks))
+
+
+class ProxySettings:
+    """Which proxy, if any, an upstream origin goes through."""
+
+    def __init__(
+        self, http: Proxy | None = None, https: Proxy | None = None, no_proxy: str = ""
+    ) -> None:
+        self._by_scheme = {"http": http, "https": https}
+        self._bypass = _parse_bypass(no_proxy)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> ProxySettings:
+        """From the process environment; ValueError names a variable it cannot use."""
+
+        def pick(name: str) -> Proxy | None:
+            for key in (name.lower(), name.upper()):
+                value = env.get(key, "").strip()
+                if value:
+                    return parse_proxy(value, key)
+            return None
+
+        no_proxy = env.get("no_proxy") or env.get("NO_PROXY") or ""
+        return cls(pick("http_proxy"), pick("https_proxy"), no_proxy)
+
+    @property
+    def any(self) -> bool:
+        return any(self._by_scheme.values())
+
+    def for_origin(self, scheme: str, host: str, port: int) -> Proxy | None:
+        proxy = self._by_scheme.get(scheme)
+        if proxy is None or self._bypass.matches(host, port):
+            return None
+        return proxy
+
+
+NO_PROXIES = ProxySettings()

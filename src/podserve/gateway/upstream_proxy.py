@@ -1,0 +1,67 @@
+"""The CONNECT tunnel through an egress proxy (RFC 9110 §9.3.6) for https upstreams; which
+proxy, if any, an origin takes is `podserve.config.egress_proxy`."""
+
+from __future__ import annotations
+
+import asyncio
+
+from podserve.config.egress_proxy import Proxy
+from podserve.gateway.upstream_conn import UpstreamError
+
+_CONNECT_REPLY_MAX = 16 * 1024
+
+
+class _TunnelReply(asyncio.Protocol):
+    """Reads the proxy's answer to CONNECT: its status line and headers, nothing more
+    (the upstream speaks only after the TLS handshake, so no byte follows them)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.head = loop.create_future()
+        self._buffer = b""
+        self.transport: asyncio.BaseTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        if self.head.done():
+            return
+        self._buffer += data
+        end = self._buffer.find(b"\r\n\r\n")
+        if end >= 0:
+            self.head.set_result(self._buffer[:end])
+        elif len(self._buffer) > _CONNECT_REPLY_MAX:
+            self.head.set_exception(UpstreamError("proxy's CONNECT reply is too long"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.head.done():
+            self.head.set_exception(UpstreamError("proxy closed the connection during CONNECT"))
+
+
+async def open_tunnel(
+    loop: asyncio.AbstractEventLoop, proxy: Proxy, host: str, port: int
+) -> asyncio.BaseTransport:
+    """A TCP connection through `proxy` to host:port (CONNECT), not yet TLS. The caller
+    bounds it with its connect timeout and closes nothing on success."""
+    transport, reply = await loop.create_connection(
+        lambda: _TunnelReply(loop), proxy.host, proxy.port
+    )
+    try:
+        authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        transport.write(
+            b"CONNECT %s HTTP/1.1\r\nhost: %s\r\n%s\r\n"
+            % (authority.encode("idna"), authority.encode("idna"), proxy.header_lines())
+        )
+        head = await reply.head
+        status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+        fields = status_line.split(" ", 2)
+        if len(fields) < 2 or not fields[0].startswith("HTTP/1.") or not fields[1].isdigit():
+            raise UpstreamError(f"proxy answered CONNECT with {status_line!r}")
+        if not 200 <= int(fields[1]) < 300:
+            raise UpstreamError(
+                f"proxy {proxy.host}:{proxy.port} refused CONNECT to {authority}: {status_line}"
+            )
+    except BaseException:
+        transport.close()
+        raise
+    return transport
