@@ -24,8 +24,9 @@ for a W1-sized OIP exchange (116 against 28.6 µs on a busy machine) and 2.6 tim
   next bytes of a response (its headers or a body chunk), as aiohttp's `sock_read`.
 - https with the system's CA store (`ssl.create_default_context()`; OpenSSL honours
   `SSL_CERT_FILE` and `SSL_CERT_DIR`).
-- An egress proxy from the environment (`https_proxy`, `http_proxy`, `no_proxy`:
-  `upstream_proxy`), chosen once per origin.
+- An egress proxy from the environment (`https_proxy`, `http_proxy`, `no_proxy`, read by
+  `config.egress_proxy`), chosen once per origin: CONNECT for https (`upstream_proxy`),
+  the absolute URL as the request target for http.
 - No cookies, no redirects, and no Accept-Encoding, so bodies come uncompressed.
 """
 
