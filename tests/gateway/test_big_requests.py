@@ -41,13 +41,13 @@ LONG_PROMPT = "hi " * 200  # 600 characters: past INLINE_CHARS, well inside tiny
 @pytest.fixture
 def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[Gate]:
     state = Gate()
-    real = TokenizerCount.count
+    real = TokenizerCount.counts
 
-    def gated(self: TokenizerCount, texts: Any) -> int:
+    def gated(self: TokenizerCount, texts: Any) -> list[int]:
         state.pass_through()
         return real(self, texts)
 
-    monkeypatch.setattr(TokenizerCount, "count", gated)
+    monkeypatch.setattr(TokenizerCount, "counts", gated)
     yield state
     state.opened.set()
 

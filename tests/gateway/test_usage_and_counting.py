@@ -102,11 +102,11 @@ class HeldCounter:
         self.entered = threading.Event()
         self.calls: list[int] = []
 
-    def count(self, texts: Sequence[str]) -> int:
+    def counts(self, texts: Sequence[str]) -> list[int]:
         self.calls.append(sum(len(t) for t in texts))
         self.entered.set()
         self.release.wait(timeout=10)
-        return sum(len(t) for t in texts)
+        return [len(t) for t in texts]
 
 
 async def test_past_the_backlog_a_prompt_is_bounded_by_its_bytes() -> None:

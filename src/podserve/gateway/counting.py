@@ -16,6 +16,14 @@ took 9.5 s). The pod learned the same lesson (src/podserve/dataplane/prompts.py)
   a bound that never undercounts (`tokens.ByteBound`), so the budget stays safe. It
   reserves more than the tokens would (about 4x for English), only for this request and
   only until it settles on the upstream's own usage.
+
+Texts the gateway sees again are not counted again. A chat client sends the whole
+conversation on every turn, and the same system prompt with every request, so without
+this the gateway tokenized a 20-turn conversation's history 20 times over
+(`benchmarks/gateway_counting.py`). Each text of `CACHED_TEXT_CHARS` is remembered with
+its count, per model, least recently used first out, up to `CACHE_CHARS` characters in
+all. Shorter texts are mostly unique and cheap to count; longer ones would cost their
+hash on the event loop (about 1 ms a MB) and are counted each time.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
 from podserve.gateway import tokens
@@ -30,6 +39,8 @@ from podserve.gateway.wire import Billable, Endpoint
 
 INLINE_CHARS = 512
 MAX_BACKLOG_CHARS = 4_000_000
+CACHED_TEXT_CHARS = range(256, 256 * 1024 + 1)
+CACHE_CHARS = 4_000_000  # at most 16 MB of text held (4 bytes a character at worst)
 
 BYTES = tokens.ByteBound()
 
@@ -37,11 +48,17 @@ BYTES = tokens.ByteBound()
 class PromptCounting:
     """Counts prompts for the models with a tokenizer; the byte bound for the rest."""
 
-    def __init__(self, counters: Mapping[str, tokens.Counter]) -> None:
+    def __init__(
+        self, counters: Mapping[str, tokens.Counter], cache_chars: int = CACHE_CHARS
+    ) -> None:
         self._counters = dict(counters)
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._backlog = 0  # characters handed to the thread and not yet counted
+        self._cache: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self._cache_chars = 0
+        self._cache_cap = cache_chars
+        self.cache_hits = 0
 
     @property
     def backlog_chars(self) -> int:
@@ -59,28 +76,64 @@ class PromptCounting:
         counter = self._counters.get(model)
         if counter is None:
             return BYTES.count(texts)  # O(1) a text for ASCII: never worth a thread
-        chars = sum(len(t) for t in texts)
+        known = 0
+        missing: list[str] = []
+        for text in texts:
+            found = self._cached(model, text)
+            if found is None:
+                missing.append(text)
+            else:
+                known += found
+        if not missing:
+            return known
+        chars = sum(len(t) for t in missing)
         if chars <= INLINE_CHARS:
-            return counter.count(texts)
+            return known + self._remember(model, missing, counter.counts(missing))
         with self._lock:
             if self._backlog + chars > MAX_BACKLOG_CHARS:
-                return BYTES.count(texts)
+                return known + BYTES.count(missing)
             self._backlog += chars
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix="podserve-gw-count"
             )
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self._count_off_loop, counter, texts, chars)
+        counts = await loop.run_in_executor(
+            self._pool, self._count_off_loop, counter, missing, chars
+        )
+        return known + self._remember(model, missing, counts)
 
-    def _count_off_loop(self, counter: tokens.Counter, texts: Sequence[str], chars: int) -> int:
+    def _count_off_loop(
+        self, counter: tokens.Counter, texts: Sequence[str], chars: int
+    ) -> list[int]:
         # The backlog is released here, on the thread, so a request cancelled while its
         # prompt waits still gives its characters back when the count ends.
         try:
-            return counter.count(texts)
+            return counter.counts(texts)
         finally:
             with self._lock:
                 self._backlog -= chars
+
+    def _cached(self, model: str, text: str) -> int | None:
+        if len(text) not in CACHED_TEXT_CHARS:
+            return None
+        key = (model, text)
+        found = self._cache.get(key)
+        if found is not None:
+            self._cache.move_to_end(key)
+            self.cache_hits += 1
+        return found
+
+    def _remember(self, model: str, texts: Sequence[str], counts: Sequence[int]) -> int:
+        """Keep the counts of `texts` (the cacheable ones); their sum."""
+        for text, count in zip(texts, counts, strict=True):
+            if len(text) in CACHED_TEXT_CHARS and (model, text) not in self._cache:
+                self._cache[(model, text)] = count
+                self._cache_chars += len(text)
+        while self._cache_chars > self._cache_cap:
+            (_, text), _ = self._cache.popitem(last=False)
+            self._cache_chars -= len(text)
+        return sum(counts)
 
     def close(self) -> None:
         if self._pool is not None:

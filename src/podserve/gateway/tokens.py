@@ -20,8 +20,8 @@ CHAT_OVERHEAD_FIXED = 8
 
 
 class Counter(Protocol):
-    def count(self, texts: Sequence[str]) -> int:
-        """The tokens of all `texts`, summed."""
+    def counts(self, texts: Sequence[str]) -> list[int]:
+        """The tokens of each of `texts`."""
         ...
 
 
@@ -47,9 +47,9 @@ class TokenizerCount:
 
     path: Path
 
-    def count(self, texts: Sequence[str]) -> int:
+    def counts(self, texts: Sequence[str]) -> list[int]:
         encoded = _load(str(self.path)).encode_batch(list(texts), add_special_tokens=True)
-        return sum(len(e.ids) for e in encoded)
+        return [len(e.ids) for e in encoded]
 
 
 _CACHE: dict[str, object] = {}
