@@ -21,7 +21,7 @@ import pytest
 import uvloop
 
 from podserve.config.egress_proxy import ProxySettings, parse_proxy
-from podserve.gateway.upstream_http import UpstreamClient, UpstreamError
+from podserve.gateway.upstream_http import UpstreamClient, UpstreamError, UpstreamTimeout, parse_url
 from tests.gateway.conftest import Pods, base_config
 from tests.gateway.support import GatewayProcess, create_key
 from tests.gateway.test_upstream_http import Scripted, _json
@@ -304,3 +304,29 @@ def test_a_gateway_reaches_its_pod_through_the_environments_proxy(
     assert f"POST {pods.a.url}/v1/completions HTTP/1.1" in lines
     # the scraper's polls take the same way
     assert f"GET {pods.a.url}/ready HTTP/1.1" in lines
+
+
+def test_a_proxy_that_never_answers_connect_is_a_connect_timeout_naming_it(
+    run: Callable[[Coroutine[Any, Any, Any]], Any],
+) -> None:
+    async def main() -> None:
+        held: list[asyncio.StreamWriter] = []
+
+        async def silent(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            held.append(writer)  # accepts, reads nothing, answers nothing
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = UpstreamClient(
+            0.3, 5, proxies=ProxySettings.from_env({"https_proxy": f"127.0.0.1:{port}"})
+        )
+        try:
+            with pytest.raises(UpstreamTimeout, match=f"via proxy 127.0.0.1:{port} in 0.3 s"):
+                await client.request(b"GET", parse_url("https://api.example.com/v1/x"), b"", [])
+        finally:
+            await client.close()
+            for writer in held:
+                writer.close()
+            server.close()
+
+    run(main())
