@@ -22,8 +22,10 @@ conversation on every turn, and the same system prompt with every request, so wi
 this the gateway tokenized a 20-turn conversation's history 20 times over
 (`benchmarks/gateway_counting.py`). Each text of `CACHED_TEXT_CHARS` is remembered with
 its count, per model, least recently used first out, up to `CACHE_CHARS` characters in
-all. Shorter texts are mostly unique and cheap to count; longer ones would cost their
-hash on the event loop (about 1 ms a MB) and are counted each time.
+all. Shorter texts are mostly unique and cheap to count. A longer one would push out
+hundreds of others and is rarely sent twice, so it is counted each time. The lookups hash
+the texts on the event loop: 0.2 ms a MB here (3.2 ms for a 16 MB body of 250 K-character
+messages, the `maxBodyBytes` default), against 21 ms for orjson to parse that body.
 """
 
 from __future__ import annotations
