@@ -183,3 +183,40 @@ def test_a_proxy_url_from_a_secret_still_needs_no_proxy_for_the_pods() -> None:
 def test_an_egress_proxy_that_would_not_work_is_refused(extra: str, needle: str) -> None:
     with pytest.raises(InvalidInput, match=needle):
         load_gateway_spec(_with_proxy(extra), "spec")
+
+
+def _lint_ids(objects: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    result = lint_documents(parse_documents(dump_all(objects), "edited"), ALL_RULES)
+    return [(f.rule_id, f.message) for f in result.findings]
+
+
+def _gateway_env(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    env: list[dict[str, Any]] = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    return env
+
+
+def test_lint_flags_a_hand_edited_no_proxy_that_misses_the_pods() -> None:
+    objects = _render(
+        _with_proxy("  egressProxy: {httpsProxy: 'http://p:3128', httpProxy: 'http://p:3128'}\n")
+    )
+    for entry in _gateway_env(objects):
+        if entry["name"] == "NO_PROXY":
+            entry["value"] = ".cluster.local"  # the pods are *.ml.svc
+    found = _lint_ids(objects)
+    assert [rule for rule, _ in found] == ["gateway-pods-through-egress-proxy"] * 2
+    assert "pool chat's endpoint http://tiny-lm.ml.svc:8000 would go through" in found[0][1]
+
+
+def test_lint_flags_a_proxy_from_a_secret_without_no_proxy() -> None:
+    objects = _render(SPEC.read_text())
+    env = _gateway_env(objects)
+    env.append({"name": "HTTP_PROXY", "valueFrom": {"secretKeyRef": {"name": "e", "key": "u"}}})
+    assert {rule for rule, _ in _lint_ids(objects)} == {"gateway-pods-through-egress-proxy"}
+    # a NO_PROXY the linter cannot read (from a Secret) is not second-guessed
+    env.append({"name": "NO_PROXY", "valueFrom": {"secretKeyRef": {"name": "e", "key": "n"}}})
+    assert _lint_ids(objects) == []
+    # an https-only proxy leaves the http pods direct
+    env[-2]["name"] = "HTTPS_PROXY"
+    env.pop()
+    assert _lint_ids(objects) == []

@@ -92,6 +92,7 @@ ALL_RULES: tuple[Rule, ...] = tuple(
             asyncq.CONSUMER_GRACE_SHORT,
             asyncq.REDIS_STREAMS_PENDING_NO_WAKE,
             gateway.GATEWAY_REPLICAS_WITHOUT_SHARED_STORE,
+            gateway.GATEWAY_PODS_THROUGH_EGRESS_PROXY,
         ),
         key=lambda rule: rule.id,
     )
