@@ -1011,22 +1011,44 @@ def phase_limits(work: Path, seconds: float, rpm: int, tpm: int) -> dict[str, An
 
                     await asyncio.gather(*(worker(w) for w in range(64)))
 
+            # Straddle a minute boundary, where a window's limit is most at risk: the
+            # run's middle on it (a wait of up to a minute, not synchronisation).
+            time.sleep((-seconds / 2 - time.time()) % 60)
             asyncio.run(run())
         finally:
             for g in gws:
-                g.stop()
+                g.stop()  # SIGTERM: each replica writes its last ledger rows first
+        gateway_view = _ledger_windows(dsn)
     p.stop()
-    # A request sent just before a window boundary may be admitted just after it: judge
-    # windows by the gateway's own counters, which is what the bound is about, and report
-    # the client's view next to it.
+    # A request sent in a window's last moments may be admitted in the next one: with 64
+    # clients retrying every 50 ms after a 429, up to 64 are in flight at the boundary, so
+    # the client's view (by send time) can show up to limit + 64 requests in a minute that
+    # straddles it (98 against rpm 60 at 23:44). The bound is judged by the gateway's own
+    # admission time, each ledger row's `reserved_at`; the client's view is reported beside.
     return {
         "rpm_limit": rpm,
         "tpm_limit": tpm,
         "codes": _str_keys(codes),
+        "windows": gateway_view,
+        "max_requests_in_a_window": max((v["requests"] for v in gateway_view.values()), default=0),
+        "max_tokens_in_a_window": max((v["tokens"] for v in gateway_view.values()), default=0),
         "windows_client_view": {str(k): v for k, v in sorted(per_window.items())},
-        "max_requests_in_a_window": max((v["requests"] for v in per_window.values()), default=0),
-        "max_tokens_in_a_window": max((v["tokens"] for v in per_window.values()), default=0),
+        "client_view_max_requests": max((v["requests"] for v in per_window.values()), default=0),
     }
+
+
+def _ledger_windows(dsn: str) -> dict[str, dict[str, int]]:
+    """Admitted requests and their tokens per minute window (`limits.window_at`: the epoch
+    minute), by the time the gateway reserved them."""
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT floor(reserved_at / 60)::bigint, count(*), "
+            "sum(prompt_tokens + completion_tokens) FROM gateway_ledger "
+            "WHERE reserved_at IS NOT NULL GROUP BY 1 ORDER BY 1"
+        ).fetchall()
+    return {str(w): {"requests": int(n), "tokens": int(t)} for w, n, t in rows}
 
 
 # --- canary ---------------------------------------------------------------------------

@@ -194,10 +194,12 @@ class Accounting:
             found = self._key_limits[key] = key_limits(key, self._config)
         return found
 
-    def _windows(self, limits: KeyLimits) -> tuple[tuple[WindowSpec, ...], tuple[WindowSpec, ...]]:
+    def _windows(
+        self, limits: KeyLimits, now: float
+    ) -> tuple[tuple[WindowSpec, ...], tuple[WindowSpec, ...]]:
         if not limits.rates:
             return (), ()
-        window = window_at(self._wall())
+        window = window_at(now)
         rpm = tuple(
             WindowSpec(window.counter("rpm", s), f"rpm:{s}", r, window.resets_in_s)
             for s, r, _ in limits.rates
@@ -242,8 +244,10 @@ class Accounting:
         else:
             plan = HoldPlan(prompt, 0, 0, rate)
         limits = self._limits(key)
-        rpm, tpm = self._windows(limits)
-        now = self._wall()  # one reading: the periods the scopes are named for are its
+        # One reading: the budget periods and the rate windows the hold counts in are its,
+        # and so is the ledger row's `reserved_at`.
+        now = self._wall()
+        rpm, tpm = self._windows(limits, now)
         hold = Hold(
             reservation_id=self._reservation_id(),
             plan=plan,
