@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from podserve.gateway.accounting import Accounting
 from podserve.gateway.budget import Usage
 from podserve.gateway.errors import OverLimit
 from podserve.gateway.keys import KeyRecord, key_id_of, new_key
-from podserve.gateway.store.base import Outcome
+from podserve.gateway.store.base import Hold, Outcome
 from podserve.gateway.store.sqlite import SqliteStore
 from podserve.gateway.wire import Billable, Endpoint, billable
 
@@ -127,4 +128,33 @@ async def test_reservation_ids_are_unique_and_ordered_by_time(tmp_path: Path) ->
     assert sorted(ids[1:]) == ids[1:]
     assert ids[0] < ids[2]
     assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    await store.close()
+
+
+async def test_a_holds_rate_window_and_reserved_at_are_one_clock_reading(
+    tmp_path: Path,
+) -> None:
+    """The ledger's `reserved_at` is how a window's admissions are counted afterwards
+    (benchmarks/gateway.py, limits): it must name the window the hold counted in, even
+    when the clock crosses a minute boundary during `admit`."""
+    ticks = iter(1_800_000_059.999 + 0.002 * i for i in range(100))  # 0.002 s a reading
+    store = SqliteStore(tmp_path / "gw.db")
+    holds: list[Hold] = []
+    reserve = store.reserve
+
+    async def spy(hold: Hold) -> Any:
+        holds.append(hold)
+        return await reserve(hold)
+
+    store.reserve = spy  # type: ignore[method-assign]  # the real store, observed
+    config = load_gateway_config("defaults: {budgetWaitS: 0}\n")
+    accounting = Accounting(config, store, wall=lambda: next(ticks))
+    _, digest = new_key()
+    key = KeyRecord(key_id_of(digest), digest, "t", "ns", (), None, 5, None, None, False, 0.0)
+    oip = Billable("iris", Endpoint.V2, False, False, None, "", 1, (), 0)
+    admission = await accounting.admit(key, oip)
+    (hold,) = holds
+    assert hold.reserved_at is not None
+    assert hold.rpm[0].counter.rsplit(":", 1)[1] == str(int(hold.reserved_at // 60))
+    await accounting.settle(admission, Usage(0, 0), Outcome.OK, "pool")
     await store.close()
