@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import base64
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
@@ -146,3 +146,31 @@ class ProxySettings:
 
 
 NO_PROXIES = ProxySettings()
+
+
+# The variables each scheme's proxy is read from, lower case first.
+PROXY_ENV = {"http": ("http_proxy", "HTTP_PROXY"), "https": ("https_proxy", "HTTPS_PROXY")}
+_PLACEHOLDER = Proxy("egress-proxy", 3128, None)
+
+
+def proxied_endpoints(
+    schemes: Iterable[str], no_proxy: str, endpoints: Iterable[tuple[str, str]]
+) -> Iterator[tuple[str, str]]:
+    """The (pool, endpoint URL) pairs a gateway whose `schemes` go through a proxy would
+    send to it with this NO_PROXY: checked before deploying (the Gateway spec, `lint`),
+    since a proxy cannot reach cluster-internal names. Which proxy does not matter, only
+    whether one applies. A URL with a bad port is the config's own error, not this one."""
+    proxied = set(schemes)
+    settings = ProxySettings(
+        http=_PLACEHOLDER if "http" in proxied else None,
+        https=_PLACEHOLDER if "https" in proxied else None,
+        no_proxy=no_proxy,
+    )
+    for pool, endpoint in endpoints:
+        url = urlsplit(endpoint)
+        try:
+            port = url.port or (443 if url.scheme == "https" else 80)
+        except ValueError:
+            continue
+        if settings.for_origin(url.scheme, url.hostname or "", port) is not None:
+            yield pool, endpoint

@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
-from podserve.config.egress_proxy import ProxySettings, parse_proxy
+from podserve.config.egress_proxy import PROXY_ENV, parse_proxy, proxied_endpoints
 from podserve.config.gateway_config import GatewayConfig, RedisPostgresStore
 from podserve.core.errors import InvalidInput
 
@@ -42,9 +42,6 @@ class SecretEnv(_Spec):
     env: str = Field(pattern=_ENV_NAME, description="Env var the gateway reads.")
     secret: str = Field(pattern=_DNS_LABEL, description="Secret name.")
     key: str = Field(min_length=1, description="Key in the Secret.")
-
-
-_PROXY_ENV = {"http": ("http_proxy", "HTTP_PROXY"), "https": ("https_proxy", "HTTPS_PROXY")}
 
 
 class EgressProxy(_Spec):
@@ -141,7 +138,7 @@ class GatewaySpec(_Spec):
         proxy = self.egress_proxy
         literal = {"https": proxy.https_proxy, "http": proxy.http_proxy} if proxy else {}
         schemes = set()
-        for scheme, names in _PROXY_ENV.items():
+        for scheme, names in PROXY_ENV.items():
             in_secret = bool(secret_env & set(names))
             if in_secret and literal.get(scheme):
                 raise ValueError(
@@ -156,23 +153,13 @@ class GatewaySpec(_Spec):
                 "spec.secrets sets a proxy: add egressProxy.noProxy with the pods' domains "
                 "(e.g. [.svc, .cluster.local]) so pool traffic stays direct"
             )
-        placeholder = parse_proxy("http://egress-proxy:3128", "check")
-        settings = ProxySettings(
-            http=placeholder if "http" in schemes else None,
-            https=placeholder if "https" in schemes else None,
-            no_proxy=",".join(proxy.no_proxy),
-        )
-        for pool in self.config.pools:
-            for endpoint in pool.endpoints:
-                url = urlsplit(str(endpoint))
-                scheme, host = url.scheme, url.hostname or ""
-                port = url.port or (443 if scheme == "https" else 80)
-                if settings.for_origin(scheme, host, port) is not None:
-                    raise ValueError(
-                        f"egressProxy.noProxy: pool {pool.name}'s endpoint {endpoint} would "
-                        f"go through the egress proxy, which cannot reach it; add {host} or "
-                        "its domain"
-                    )
+        endpoints = ((p.name, e) for p in self.config.pools for e in p.endpoints)
+        for pool, endpoint in proxied_endpoints(schemes, ",".join(proxy.no_proxy), endpoints):
+            raise ValueError(
+                f"egressProxy.noProxy: pool {pool}'s endpoint {endpoint} would go through "
+                f"the egress proxy, which cannot reach it; add {urlsplit(endpoint).hostname} "
+                "or its domain"
+            )
 
 
 class Gateway(_Spec):

@@ -131,19 +131,17 @@ class Scraper:
         self._interval_s = interval_s
         self._timeout_s = timeout_s
         self._client = UpstreamClient(timeout_s, timeout_s, proxies=proxies)
-        self._urls: dict[str, tuple[Url, Url]] = {}
+        # The pool endpoints are the config's, fixed for the process: parsed once.
+        self._urls = {ep: probe_urls(ep) for ep in router.endpoints()}
         self._misses: dict[str, int] = {}
         self._task: asyncio.Task[None] | None = None
         self.rounds = 0
 
     async def refresh(self) -> None:
-        endpoints = self._router.endpoints()
-        for endpoint in endpoints:
-            if endpoint not in self._urls:
-                self._urls[endpoint] = probe_urls(endpoint)
+        endpoints = self._urls
         client, timeout_s = self._client, self._timeout_s
         loads = await asyncio.gather(
-            *(scrape_once(client, self._urls[ep], timeout_s) for ep in endpoints)
+            *(scrape_once(client, urls, timeout_s) for urls in endpoints.values())
         )
         for endpoint, load in zip(endpoints, loads, strict=True):
             if load is not None:  # an answer, ready or not, is believed at once

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 import yaml
 
-from podserve.config.egress_proxy import ProxySettings, parse_proxy
+from podserve.config.egress_proxy import PROXY_ENV, proxied_endpoints
 from podserve.kube.lint.context import LintContext
 from podserve.kube.lint.model import Hit, Rule
 from podserve.kube.lint.pods import PodView
@@ -107,17 +106,13 @@ def _check(ctx: LintContext) -> Iterator[Hit]:
                 )
 
 
-_PROXY_ENV = {"http": ("http_proxy", "HTTP_PROXY"), "https": ("https_proxy", "HTTPS_PROXY")}
-_PLACEHOLDER = parse_proxy("http://egress-proxy:3128", "lint")
-
-
 def _proxy_env(container: Mapping[str, Any]) -> tuple[set[str], str | None]:
     """(schemes the gateway container sends through a proxy, its literal NO_PROXY; None when
     NO_PROXY comes from a Secret or ConfigMap and cannot be read here)."""
     env = {str(e.get("name")): e for e in container.get("env") or [] if isinstance(e, Mapping)}
     schemes = {
         scheme
-        for scheme, names in _PROXY_ENV.items()
+        for scheme, names in PROXY_ENV.items()
         if any(n in env and (env[n].get("value") or env[n].get("valueFrom")) for n in names)
     }
     for name in ("no_proxy", "NO_PROXY"):  # lower case first, as the gateway reads it
@@ -142,25 +137,14 @@ def _check_proxy(ctx: LintContext) -> Iterator[Hit]:
         schemes, no_proxy = _proxy_env(container)
         if not schemes or no_proxy is None:
             continue
-        settings = ProxySettings(
-            http=_PLACEHOLDER if "http" in schemes else None,
-            https=_PLACEHOLDER if "https" in schemes else None,
-            no_proxy=no_proxy,
-        )
         for _, _, body in _gateway_configs(ctx, pod, path):
-            for pool, endpoint in _endpoints(body):
-                url = urlsplit(endpoint)
-                try:
-                    port = url.port or (443 if url.scheme == "https" else 80)
-                except ValueError:
-                    continue  # the gateway refuses the config itself, naming the URL
-                if settings.for_origin(url.scheme, url.hostname or "", port) is not None:
-                    yield Hit(
-                        pod.document,
-                        "spec.template.spec.containers[].env",
-                        f"pool {pool}'s endpoint {endpoint} would go through the egress "
-                        f"proxy: NO_PROXY is {no_proxy!r}",
-                    )
+            for pool, endpoint in proxied_endpoints(schemes, no_proxy, _endpoints(body)):
+                yield Hit(
+                    pod.document,
+                    "spec.template.spec.containers[].env",
+                    f"pool {pool}'s endpoint {endpoint} would go through the egress "
+                    f"proxy: NO_PROXY is {no_proxy!r}",
+                )
 
 
 GATEWAY_REPLICAS_WITHOUT_SHARED_STORE = Rule(
