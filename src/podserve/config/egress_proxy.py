@@ -27,6 +27,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
+# The variables each scheme's proxy is read from, lower case first.
+PROXY_ENV = {"http": ("http_proxy", "HTTP_PROXY"), "https": ("https_proxy", "HTTPS_PROXY")}
+
 
 @dataclass(frozen=True, slots=True)
 class Proxy:
@@ -124,15 +127,15 @@ class ProxySettings:
     def from_env(cls, env: Mapping[str, str]) -> ProxySettings:
         """From the process environment; ValueError names a variable it cannot use."""
 
-        def pick(name: str) -> Proxy | None:
-            for key in (name.lower(), name.upper()):
+        def pick(scheme: str) -> Proxy | None:
+            for key in PROXY_ENV[scheme]:
                 value = env.get(key, "").strip()
                 if value:
                     return parse_proxy(value, key)
             return None
 
         no_proxy = env.get("no_proxy") or env.get("NO_PROXY") or ""
-        return cls(pick("http_proxy"), pick("https_proxy"), no_proxy)
+        return cls(pick("http"), pick("https"), no_proxy)
 
     @property
     def any(self) -> bool:
@@ -147,9 +150,6 @@ class ProxySettings:
 
 NO_PROXIES = ProxySettings()
 
-
-# The variables each scheme's proxy is read from, lower case first.
-PROXY_ENV = {"http": ("http_proxy", "HTTP_PROXY"), "https": ("https_proxy", "HTTPS_PROXY")}
 _PLACEHOLDER = Proxy("egress-proxy", 3128, None)
 
 
