@@ -128,27 +128,28 @@ def _with_proxy(extra: str, *, secrets: str = "") -> str:
     return text.replace("  secrets:\n", f"  secrets:\n{secrets}", 1)
 
 
-def test_an_egress_proxy_is_rendered_as_the_environment_the_gateway_reads() -> None:
+@pytest.mark.parametrize(
+    ("url", "port", "tls"),
+    [("http://proxy.corp:3128", 3128, False), ("https://proxy.corp", 443, True)],
+)
+def test_an_egress_proxy_is_rendered_as_the_environment_the_gateway_reads(
+    url: str, port: int, tls: bool
+) -> None:
     from podserve.config.egress_proxy import ProxySettings
 
     text = _with_proxy(
-        "  egressProxy:\n"
-        "    httpsProxy: http://proxy.corp:3128\n"
-        "    noProxy: [.svc, .cluster.local, 10.0.0.0/8]\n"
+        f"  egressProxy:\n    httpsProxy: {url}\n    noProxy: [.svc, .cluster.local, 10.0.0.0/8]\n"
     )
     deployment = next(o for o in _render(text) if o["kind"] == "Deployment")
     env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
     values = {e["name"]: e["value"] for e in env if "value" in e}
-    assert values == {
-        "HTTPS_PROXY": "http://proxy.corp:3128",
-        "NO_PROXY": ".svc,.cluster.local,10.0.0.0/8",
-    }
+    assert values == {"HTTPS_PROXY": url, "NO_PROXY": ".svc,.cluster.local,10.0.0.0/8"}
     # what the gateway makes of that environment: the hosted API through the proxy,
     # the pods direct
     settings = ProxySettings.from_env(values)
     proxy = settings.for_origin("https", "api.example.com", 443)
     assert proxy is not None
-    assert (proxy.host, proxy.port) == ("proxy.corp", 3128)
+    assert (proxy.host, proxy.port, proxy.tls) == ("proxy.corp", port, tls)
     assert settings.for_origin("http", "tiny-lm.ml.svc", 8000) is None
     documents = parse_documents(dump_all(_render(text)), "rendered")
     assert not lint_documents(documents, ALL_RULES).findings
@@ -177,7 +178,7 @@ def test_a_proxy_url_from_a_secret_still_needs_no_proxy_for_the_pods() -> None:
             "  egressProxy: {httpsProxy: 'http://user:pw@p:3128'}\n",
             "credentials belong in a Secret",
         ),
-        ("  egressProxy: {httpsProxy: 'socks5://p:1080'}\n", "only http:// proxies"),
+        ("  egressProxy: {httpsProxy: 'socks5://p:1080'}\n", "only http:// and https:// proxies"),
     ],
 )
 def test_an_egress_proxy_that_would_not_work_is_refused(extra: str, needle: str) -> None:

@@ -91,8 +91,8 @@ def test_no_proxy_star_sends_everything_direct() -> None:
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("https://proxy:3128", "only http:// proxies"),
-        ("socks5://proxy:1080", "only http:// proxies"),
+        ("socks5://proxy:1080", "only http:// and https:// proxies"),
+        ("socks5h://proxy:1080", "only http:// and https:// proxies"),
         ("http://proxy:99999", "https_proxy="),
         ("http://:3128", "no proxy host"),
     ],
@@ -112,7 +112,15 @@ def test_the_gateway_refuses_to_start_with_an_unusable_proxy(
     monkeypatch.setenv("HTTPS_PROXY", "socks5://p:1080")
     monkeypatch.delenv("https_proxy", raising=False)
     assert main(["gateway", "--config", str(config), "--port", "0"]) == 2
-    assert "HTTPS_PROXY='socks5://p:1080': only http:// proxies" in capsys.readouterr().err
+    assert "HTTPS_PROXY='socks5://p:1080': only http:// and https://" in capsys.readouterr().err
+
+
+def test_an_https_proxy_is_spoken_to_over_tls_on_port_443_by_default() -> None:
+    proxy = parse_proxy("https://proxy.corp", "test")
+    assert (proxy.host, proxy.port, proxy.tls) == ("proxy.corp", 443, True)
+    assert proxy.label == "proxy https://proxy.corp:443"
+    plain = parse_proxy("http://proxy.corp", "test")
+    assert (plain.port, plain.tls, plain.label) == (80, False, "proxy proxy.corp:80")
 
 
 # --- a real proxy -----------------------------------------------------------------------
@@ -330,3 +338,140 @@ def test_a_proxy_that_never_answers_connect_is_a_connect_timeout_naming_it(
             server.close()
 
     run(main())
+
+
+# --- an https:// proxy: stunnel (Debian's stunnel4) terminating TLS in front of tinyproxy --
+@dataclass
+class TlsProxy:
+    port: int
+    cert: Path  # the proxy's certificate (its own CA)
+
+    def url(self) -> str:
+        return f"https://{USER}:{PASSWORD}@127.0.0.1:{self.port}"
+
+    def trusted_by(self, context: ssl.SSLContext) -> ssl.SSLContext:
+        context.load_verify_locations(cafile=str(self.cert))
+        return context
+
+
+@pytest.fixture(scope="module")
+def tls_proxy(tinyproxy: Tinyproxy, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsProxy]:
+    binary = shutil.which("stunnel4") or shutil.which("stunnel")
+    if binary is None:
+        pytest.skip("stunnel is not installed (Debian: apt-get install stunnel4)")
+    work = tmp_path_factory.mktemp("stunnel")
+    cert, key = self_signed(work, common_name="podserve test proxy")
+    port = free_port()
+    config = work / "stunnel.conf"
+    config.write_text(
+        f"foreground = yes\npid =\n[proxy]\naccept = 127.0.0.1:{port}\n"
+        f"connect = 127.0.0.1:{tinyproxy.port}\ncert = {cert}\nkey = {key}\n"
+    )
+    log = work / "stunnel.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([binary, str(config)], stdout=out, stderr=out)
+    try:
+        wait_until(lambda: proc.poll() is not None or _listening(port), 10, "stunnel listening")
+        assert proc.poll() is None, log.read_text()
+        yield TlsProxy(port, cert)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_https_through_an_https_proxy_is_tls_inside_tls_and_the_tunnel_is_reused(
+    run: Callable[[Coroutine[Any, Any, Any]], Any],
+    tinyproxy: Tinyproxy,
+    tls_proxy: TlsProxy,
+    tls: tuple[ssl.SSLContext, ssl.SSLContext],
+) -> None:
+    server_tls, client_tls = tls
+
+    async def main() -> None:
+        async with Scripted(_json, tls=server_tls) as server:
+            proxies = ProxySettings(https=parse_proxy(tls_proxy.url(), "test"))
+            client = UpstreamClient(
+                2, 5, ssl_context=tls_proxy.trusted_by(client_tls), proxies=proxies
+            )
+            try:
+                for body in (b"x" * 10, b"y" * 20):
+                    response = await client.request(b"POST", server.url(), body, [])
+                    assert response.status == 200
+                    assert await response.read(1 << 20) == b'{"echo":%d}' % len(body)
+                    response.release()
+                assert [head.split(b" ")[1] for head, _ in server.requests] == [b"/v1/x"] * 2
+                assert server.connections == 1
+                assert client.connections_made == 1
+            finally:
+                await client.close()
+            # tinyproxy behind stunnel saw the CONNECT, so it crossed the outer TLS
+            assert f"CONNECT 127.0.0.1:{server.port} HTTP/1.1" in tinyproxy.requests()
+
+    run(main())
+
+
+def test_http_through_an_https_proxy_sends_the_absolute_url_over_tls(
+    run: Callable[[Coroutine[Any, Any, Any]], Any],
+    tinyproxy: Tinyproxy,
+    tls_proxy: TlsProxy,
+) -> None:
+    async def main() -> None:
+        async with Scripted(_json) as server:
+            proxies = ProxySettings(http=parse_proxy(tls_proxy.url(), "test"))
+            context = tls_proxy.trusted_by(ssl.create_default_context())
+            client = UpstreamClient(2, 5, ssl_context=context, proxies=proxies)
+            try:
+                response = await client.request(b"POST", server.url("/v2/m/infer"), b"{}", [])
+                assert response.status == 200
+                response.release()
+            finally:
+                await client.close()
+            target = f"http://127.0.0.1:{server.port}/v2/m/infer"
+            assert f"POST {target} HTTP/1.1" in tinyproxy.requests()
+
+    run(main())
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_an_https_proxy_with_an_untrusted_certificate_fails_naming_the_proxy(
+    run: Callable[[Coroutine[Any, Any, Any]], Any],
+    tls_proxy: TlsProxy,
+    tls: tuple[ssl.SSLContext, ssl.SSLContext],
+    scheme: str,
+) -> None:
+    server_tls, client_tls = tls  # client_tls trusts the upstream, not the proxy
+
+    async def main() -> None:
+        async with Scripted(_json, tls=server_tls if scheme == "https" else None) as server:
+            proxy = parse_proxy(tls_proxy.url(), "test")
+            client = UpstreamClient(
+                2, 5, ssl_context=client_tls, proxies=ProxySettings(http=proxy, https=proxy)
+            )
+            try:
+                label = f"TLS with proxy https://127.0.0.1:{tls_proxy.port} failed"
+                with pytest.raises(UpstreamError, match=label):
+                    await client.request(b"GET", server.url(), b"", [])
+            finally:
+                await client.close()
+            assert server.requests == []
+
+    run(main())
+
+
+def test_a_gateway_reaches_its_pod_through_an_https_proxy(
+    pods: Pods, tinyproxy: Tinyproxy, tls_proxy: TlsProxy, tmp_path: Path
+) -> None:
+    before = len(tinyproxy.requests())
+    # OpenSSL's default verify paths honour SSL_CERT_FILE: the proxy's CA, as a cluster
+    # would mount its own.
+    env = {"http_proxy": tls_proxy.url(), "SSL_CERT_FILE": str(tls_proxy.cert)}
+    with GatewayProcess(base_config(pods), tmp_path, env={**env, "HOSTED_API_KEY": "k"}) as gw:
+        key = create_key(gw.config_path)
+        reply = httpx.post(
+            f"{gw.url}/v1/completions",
+            json={"model": "tiny-lm", "prompt": "hi", "max_tokens": 2},
+            headers={"authorization": f"Bearer {key}"},
+            timeout=60,
+        )
+        assert reply.status_code == 200, reply.text
+    assert f"POST {pods.a.url}/v1/completions HTTP/1.1" in tinyproxy.requests()[before:]

@@ -13,10 +13,12 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 
-def self_signed(directory: Path) -> tuple[Path, Path]:
-    """cert.pem and key.pem in `directory`: a CA certificate for 127.0.0.1, valid a day."""
+def self_signed(directory: Path, common_name: str = "127.0.0.1") -> tuple[Path, Path]:
+    """cert.pem and key.pem in `directory`: a CA certificate for 127.0.0.1, valid a day.
+    Two CAs one client trusts need different `common_name`s: OpenSSL finds an issuer by
+    its subject name."""
     key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     now = dt.datetime.now(dt.UTC)
     cert = (
         x509.CertificateBuilder()

@@ -15,8 +15,15 @@ pod/service CIDRs there.
 https goes through a CONNECT tunnel (RFC 9110 §9.3.6), TLS end to end with the upstream,
 so the proxy sees only the host; plain http is sent to the proxy with the absolute URL as
 the request target (RFC 9112 §3.2.2). `user:password@` in the proxy URL becomes
-`Proxy-Authorization: Basic` (RFC 7617). Only http:// proxies: a TLS or SOCKS proxy URL
-is refused when the gateway starts, not at the first request.
+`Proxy-Authorization: Basic` (RFC 7617).
+
+The proxy itself is spoken to in plain HTTP (`http://`, port 80 by default) or over TLS
+(`https://`, port 443 by default, as Go's `canonicalAddr` defaults them), which keeps the
+`Proxy-Authorization` header and the CONNECT target off the wire in clear; an https
+upstream through an https proxy is then TLS inside TLS. The proxy's certificate is checked
+against the same CA store as the upstreams' (Go's transport does the same with its one
+`TLSClientConfig`). A SOCKS proxy URL is refused when the gateway starts, not at the
+first request.
 """
 
 from __future__ import annotations
@@ -36,6 +43,12 @@ class Proxy:
     host: str
     port: int
     authorization: bytes | None  # the Proxy-Authorization value
+    tls: bool = False  # an https:// proxy: TLS to the proxy itself
+
+    @property
+    def label(self) -> str:
+        """How errors name it: `proxy host:port`, `https` marked."""
+        return f"proxy {'https://' if self.tls else ''}{self.host}:{self.port}"
 
     def header_lines(self) -> bytes:
         if self.authorization is None:
@@ -44,18 +57,19 @@ class Proxy:
 
 
 def parse_proxy(value: str, source: str) -> Proxy:
-    """`http://[user:password@]host[:port]`, or `host:port` (taken as http, as curl does)."""
+    """`http[s]://[user:password@]host[:port]`, or `host:port` (taken as http, as curl
+    does)."""
     text = value.strip()
     if "://" not in text:
         text = "http://" + text
     parts = urlsplit(text)
-    if parts.scheme != "http":
+    if parts.scheme not in ("http", "https"):
         raise ValueError(
-            f"{source}={value!r}: only http:// proxies are supported (https is tunnelled "
-            "through an http proxy with CONNECT)"
+            f"{source}={value!r}: only http:// and https:// proxies are supported (an https "
+            "upstream is tunnelled through either with CONNECT; SOCKS is not spoken)"
         )
     try:
-        port = parts.port or 80
+        port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError as exc:
         raise ValueError(f"{source}={value!r}: {exc}") from None
     if not parts.hostname:
@@ -64,7 +78,7 @@ def parse_proxy(value: str, source: str) -> Proxy:
     if parts.username is not None:
         pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
         authorization = b"Basic " + base64.b64encode(pair.encode())
-    return Proxy(parts.hostname, port, authorization)
+    return Proxy(parts.hostname, port, authorization, tls=parts.scheme == "https")
 
 
 @dataclass(frozen=True, slots=True)

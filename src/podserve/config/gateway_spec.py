@@ -47,9 +47,9 @@ class SecretEnv(_Spec):
 class EgressProxy(_Spec):
     https_proxy: str | None = Field(
         None,
-        description="http://host:port of the proxy for https upstreams (hosted APIs), "
-        "tunnelled with CONNECT. A URL with credentials goes in spec.secrets as "
-        "HTTPS_PROXY instead.",
+        description="http://host:port (or https:// for TLS to the proxy itself) of the "
+        "proxy for https upstreams (hosted APIs), tunnelled with CONNECT. A URL with "
+        "credentials goes in spec.secrets as HTTPS_PROXY instead.",
     )
     http_proxy: str | None = Field(None, description="The proxy for http upstreams.")
     no_proxy: list[str] = Field(

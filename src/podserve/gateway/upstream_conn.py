@@ -40,7 +40,8 @@ class Connection(asyncio.Protocol):
         self._registry = registry  # the client's open connections, closed with it
         self._parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
-        self.lost = False
+        self.lost = False  # closed or closing: never reused
+        self.gone = loop.create_future()  # done once the transport is closed (TLS said bye)
         self.in_use = False
         self.idle_since = 0.0
         self._waiter: asyncio.Future[None] | None = None
@@ -84,6 +85,8 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        if not self.gone.done():
+            self.gone.set_result(None)
         self._registry.discard(self)
         if self.in_use and not self.done and self.error is None:
             if self.head_done and self._until_close and exc is None:

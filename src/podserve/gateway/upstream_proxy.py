@@ -4,6 +4,9 @@ proxy, if any, an origin takes is `podserve.config.egress_proxy`."""
 from __future__ import annotations
 
 import asyncio
+import ssl
+from collections.abc import Callable
+from typing import TypeVar
 
 from podserve.config.egress_proxy import Proxy
 from podserve.gateway.upstream_conn import UpstreamError
@@ -38,14 +41,40 @@ class _TunnelReply(asyncio.Protocol):
             self.head.set_exception(UpstreamError("proxy closed the connection during CONNECT"))
 
 
+_P = TypeVar("_P", bound=asyncio.BaseProtocol)
+
+
+async def connect_to_proxy(
+    loop: asyncio.AbstractEventLoop,
+    factory: Callable[[], _P],
+    proxy: Proxy,
+    context: ssl.SSLContext,
+) -> tuple[asyncio.Transport, _P]:
+    """A connection to the proxy itself: TLS verified with `context` for an https:// one.
+    A failed handshake names the proxy, so it is not taken for the upstream's."""
+    try:
+        return await loop.create_connection(
+            factory,
+            proxy.host,
+            proxy.port,
+            ssl=context if proxy.tls else None,
+            server_hostname=proxy.host if proxy.tls else None,
+        )
+    except ssl.SSLError as exc:
+        raise UpstreamError(f"TLS with {proxy.label} failed: {exc}") from exc
+
+
 async def open_tunnel(
-    loop: asyncio.AbstractEventLoop, proxy: Proxy, host: str, port: int
+    loop: asyncio.AbstractEventLoop,
+    proxy: Proxy,
+    host: str,
+    port: int,
+    context: ssl.SSLContext,
 ) -> asyncio.BaseTransport:
-    """A TCP connection through `proxy` to host:port (CONNECT), not yet TLS. The caller
+    """A connection through `proxy` to host:port (CONNECT), not yet TLS with the upstream;
+    TLS with the proxy when it is an https:// one, verified with `context`. The caller
     bounds it with its connect timeout and closes nothing on success."""
-    transport, reply = await loop.create_connection(
-        lambda: _TunnelReply(loop), proxy.host, proxy.port
-    )
+    transport, reply = await connect_to_proxy(loop, lambda: _TunnelReply(loop), proxy, context)
     try:
         authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         transport.write(
@@ -58,9 +87,7 @@ async def open_tunnel(
         if len(fields) < 2 or not fields[0].startswith("HTTP/1.") or not fields[1].isdigit():
             raise UpstreamError(f"proxy answered CONNECT with {status_line!r}")
         if not 200 <= int(fields[1]) < 300:
-            raise UpstreamError(
-                f"proxy {proxy.host}:{proxy.port} refused CONNECT to {authority}: {status_line}"
-            )
+            raise UpstreamError(f"{proxy.label} refused CONNECT to {authority}: {status_line}")
     except BaseException:
         transport.close()
         raise
