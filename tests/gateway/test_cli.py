@@ -112,6 +112,18 @@ def test_bad_key_flags_exit_2(
     assert needle in err
 
 
+@pytest.mark.parametrize("grace", ["-1", "nan", "inf", "soon"])
+def test_a_bad_rotation_grace_exits_2(
+    config: Path, capsys: pytest.CaptureFixture[str], grace: str
+) -> None:
+    code, out, err = _run(
+        capsys, "gateway", "keys", "rotate", "--config", str(config), "k", "--grace-s", grace
+    )
+    assert code == 2
+    assert "--grace-s" in err
+    assert "psk-" not in out  # no key was made
+
+
 def test_bad_config_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("pools: [{name: a}]\n")

@@ -210,6 +210,48 @@ def test_revoked_and_expired_keys_are_refused(gateway: GatewayProcess) -> None:
     assert "expired" in reply.json()["error"]["message"]
 
 
+def test_a_rotated_key_keeps_its_id_and_spend_and_its_old_secret_for_the_grace(
+    gateway: GatewayProcess,
+) -> None:
+    key = create_key(gateway.config_path, "--team", "rotating", "--budget-usd", "1")
+    listed = json.loads(gateway.cli("keys", "list", "--format", "json").stdout)
+    key_id = next(r["key_id"] for r in listed if r["team"] == "rotating")
+
+    def status(secret: str) -> int:
+        messages = [{"role": "user", "content": "a"}]
+        return chat(gateway, secret, model="tiny-lm", messages=messages, max_tokens=1).status_code
+
+    assert status(key) == 200
+    rotated = gateway.cli("keys", "rotate", key_id, "--grace-s", "60")
+    assert rotated.returncode == 0, rotated.stderr
+    second = rotated.stdout.strip().splitlines()[-1]
+    assert second.startswith("psk-")
+    assert second != key
+    assert "keeps working for 60 s" in rotated.stdout
+    assert status(second) == 200
+    assert status(key) == 200  # within its grace
+
+    def one_key_three_requests() -> bool:
+        rows = json.loads(gateway.cli("spend", "--by", "key", "--format", "json").stdout)
+        return [r["requests"] for r in rows if r["key"] == key_id] == [3]
+
+    wait_until(one_key_three_requests, timeout_s=10, what="three requests billed to one key")
+    again = gateway.cli("keys", "rotate", key_id)  # no grace: only the newest works
+    assert again.returncode == 0, again.stderr
+    third = again.stdout.strip().splitlines()[-1]
+    wait_until(lambda: status(second) == 401, timeout_s=10, what="the rotated-out secret refused")
+    assert status(key) == 401
+    assert status(third) == 200
+    assert [
+        r["key_id"]
+        for r in json.loads(gateway.cli("keys", "list", "--format", "json").stdout)
+        if r["team"] == "rotating"
+    ] == [key_id]
+    missing = gateway.cli("keys", "rotate", "nope")
+    assert missing.returncode == 1
+    assert "no active key with id nope" in missing.stderr
+
+
 @pytest.mark.parametrize(
     ("body", "needle"),
     [

@@ -146,6 +146,42 @@ async def test_keys_round_trip(store: Store) -> None:
     assert not await store.revoke_key("missing")
 
 
+async def test_a_rotated_key_keeps_its_id_and_its_old_secret_only_for_the_grace(
+    store: Store,
+) -> None:
+    old_key, old_digest = new_key()
+    record = KeyRecord(
+        key_id_of(old_digest), old_digest, "t", "ns", (), 5_000, None, None, None, False, 1.0
+    )
+    await store.create_key(record)
+    _, digest_1 = new_key()
+    until = time.time() + 60
+    assert await store.rotate_key(record.key_id, digest_1, until)
+    assert await store.find_key(digest_1) == replace(record, key_hash=digest_1)
+    # the old secret: the same key (id, budget), expiring when its grace does
+    assert await store.find_key(hash_key(old_key)) == replace(
+        record, key_hash=digest_1, expires_at=until
+    )
+    # a second rotation without grace: only the newest secret works
+    _, digest_2 = new_key()
+    assert await store.rotate_key(record.key_id, digest_2, None)
+    assert await store.find_key(digest_1) is None
+    assert await store.find_key(old_digest) is None
+    assert [r.key_hash for r in await store.list_keys()] == [digest_2]
+    # an expiry of the key's own that comes first is kept for an old secret
+    early = replace(record, key_id="k2", key_hash=hash_key("psk-a"), expires_at=10.0)
+    await store.create_key(early)
+    assert await store.rotate_key("k2", hash_key("psk-b"), until)
+    found = await store.find_key(hash_key("psk-a"))
+    assert found is not None
+    assert found.expires_at == 10.0
+    # unknown and revoked keys are not rotated
+    assert not await store.rotate_key("missing", hash_key("psk-c"), None)
+    assert await store.revoke_key("k2")
+    assert not await store.rotate_key("k2", hash_key("psk-c"), None)
+    assert await store.find_key(hash_key("psk-c")) is None
+
+
 async def test_reserve_refuses_what_does_not_fit_and_settles_to_usage(store: Store) -> None:
     # 10 prompt + 100 output tokens = 10*1000 + 100*2000 nano = 210 micro-dollars.
     first = _hold(10, 100, limit_micro=300)

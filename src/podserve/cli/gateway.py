@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(run=_serve)
     sub = parser.add_subparsers(dest="gateway_command", metavar="COMMAND")
 
-    keys = sub.add_parser("keys", help="create, list or revoke API keys")
+    keys = sub.add_parser("keys", help="create, list, rotate or revoke API keys")
     keys_sub = keys.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
     create = keys_sub.add_parser("create", help="create a key (printed once, on the last line)")
     _config_arg(create)
@@ -61,6 +61,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _config_arg(revoke)
     revoke.add_argument("key_id", help="the id `keys list` shows")
     revoke.set_defaults(run=_keys_revoke)
+    rotate = keys_sub.add_parser(
+        "rotate",
+        help="give a key a new secret (printed once, on the last line), keeping its id, "
+        "budget, spend and limits",
+    )
+    _config_arg(rotate)
+    rotate.add_argument("key_id", help="the id `keys list` shows")
+    rotate.add_argument(
+        "--grace-s",
+        type=float,
+        default=0.0,
+        help="seconds the old secret keeps working, while clients move to the new one "
+        "(default 0: it stops at once; gateways that cached it stop within keyCacheS)",
+    )
+    rotate.set_defaults(run=_keys_rotate)
 
     spend = sub.add_parser("spend", help="spend from the ledger, grouped")
     _config_arg(spend)
@@ -260,6 +275,33 @@ def _keys_revoke(args: argparse.Namespace) -> int:
             print(f"podserve gateway keys: no key with id {args.key_id}", file=sys.stderr)
             return 1
         print(f"revoked key {args.key_id}")
+        return 0
+
+    return _with_store(config, work)
+
+
+def _keys_rotate(args: argparse.Namespace) -> int:
+    import math
+    import time
+
+    from podserve.gateway.keys import new_key
+
+    config = _load(args)
+    if config is None:
+        return 2
+    if not math.isfinite(args.grace_s) or args.grace_s < 0:
+        print("podserve gateway keys: --grace-s must be a number >= 0", file=sys.stderr)
+        return 2
+    key, digest = new_key()
+    until = time.time() + args.grace_s if args.grace_s > 0 else None
+
+    async def work(store: Store) -> int:
+        if not await store.rotate_key(args.key_id, digest, until):
+            print(f"podserve gateway keys: no active key with id {args.key_id}", file=sys.stderr)
+            return 1
+        old = f"keeps working for {args.grace_s:g} s" if until else "no longer works"
+        print(f"rotated key {args.key_id}; the old secret {old}. The new key is shown once:")
+        print(key)
         return 0
 
     return _with_store(config, work)

@@ -8,6 +8,7 @@ random tokens); LiteLLM stores its virtual keys the same way (litellm/proxy/_typ
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import secrets
 from dataclasses import dataclass
@@ -51,3 +52,14 @@ def new_key() -> tuple[str, str]:
     """(the key, shown once; its digest, stored)."""
     key = KEY_PREFIX + secrets.token_urlsafe(32)
     return key, hash_key(key)
+
+
+def as_found(record: KeyRecord, key_hash: str, previous_until: float | None) -> KeyRecord:
+    """What a lookup by `key_hash` finds: the key itself, or, for the secret it had before
+    its last rotation (`keys rotate --grace-s`), the same key expiring when that secret's
+    grace ends. Budget, spend and limits are the key's either way: they belong to its id."""
+    if key_hash == record.key_hash:
+        return record
+    ends = 0.0 if previous_until is None else previous_until
+    expires = ends if record.expires_at is None else min(record.expires_at, ends)
+    return dataclasses.replace(record, expires_at=expires)

@@ -136,6 +136,11 @@ class Store(Protocol):
 
     async def revoke_key(self, key_id: str) -> bool: ...
 
+    async def rotate_key(self, key_id: str, key_hash: str, previous_until: float | None) -> bool:
+        """Give a key that is not revoked the secret whose digest is `key_hash`; the old
+        secret works until `previous_until` (None: not at all). False: no such key."""
+        ...
+
     async def reserve(self, hold: Hold) -> Grant | Refusal: ...
 
     async def settle(self, settlement: Settlement) -> bool:

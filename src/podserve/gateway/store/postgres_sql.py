@@ -25,6 +25,9 @@ CREATE TABLE IF NOT EXISTS gateway_keys (
   created_at DOUBLE PRECISION NOT NULL);
 ALTER TABLE gateway_keys ADD COLUMN IF NOT EXISTS budget_period TEXT NOT NULL
   DEFAULT 'lifetime';
+ALTER TABLE gateway_keys ADD COLUMN IF NOT EXISTS previous_hash TEXT;
+ALTER TABLE gateway_keys ADD COLUMN IF NOT EXISTS previous_until DOUBLE PRECISION;
+CREATE INDEX IF NOT EXISTS gateway_keys_previous_hash ON gateway_keys (previous_hash);
 CREATE TABLE IF NOT EXISTS gateway_ledger (
   reservation_id TEXT PRIMARY KEY, request_id TEXT, at DOUBLE PRECISION NOT NULL,
   key_id TEXT, team TEXT,

@@ -46,7 +46,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from podserve.gateway.budget import Grant, Refusal
-from podserve.gateway.keys import KeyRecord
+from podserve.gateway.keys import KeyRecord, as_found
 from podserve.gateway.limits import WINDOW_S
 from podserve.gateway.store import lua
 from podserve.gateway.store.base import (
@@ -208,9 +208,11 @@ class RedisPostgresStore:
 
     async def find_key(self, key_hash: str) -> KeyRecord | None:
         rows = await self._sql(
-            f"SELECT {KEY_COLUMNS} FROM gateway_keys WHERE key_hash = %s", (key_hash,)
+            f"SELECT {KEY_COLUMNS}, previous_until FROM gateway_keys "
+            "WHERE key_hash = %s OR previous_hash = %s",
+            (key_hash, key_hash),
         )
-        return key_record(rows[0]) if rows else None
+        return as_found(key_record(rows[0][:-1]), key_hash, rows[0][-1]) if rows else None
 
     async def list_keys(self) -> list[KeyRecord]:
         rows = await self._sql(
@@ -222,6 +224,15 @@ class RedisPostgresStore:
         rows = await self._sql(
             "UPDATE gateway_keys SET revoked = TRUE WHERE key_id = %s RETURNING key_id",
             (key_id,),
+        )
+        return bool(rows)
+
+    async def rotate_key(self, key_id: str, key_hash: str, previous_until: float | None) -> bool:
+        rows = await self._sql(
+            "UPDATE gateway_keys SET previous_hash = CASE WHEN %s THEN key_hash END, "
+            "previous_until = %s, key_hash = %s WHERE key_id = %s AND NOT revoked "
+            "RETURNING key_id",
+            (previous_until is not None, previous_until, key_hash, key_id),
         )
         return bool(rows)
 

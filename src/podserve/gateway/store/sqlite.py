@@ -49,7 +49,7 @@ from typing import Any, TypeVar
 
 from podserve.config.gateway_config import BudgetPeriod
 from podserve.gateway.budget import Grant, Refusal, Usage
-from podserve.gateway.keys import KeyRecord
+from podserve.gateway.keys import KeyRecord, as_found
 from podserve.gateway.store.base import (
     Charge,
     Dimension,
@@ -96,6 +96,13 @@ _ADDED = (
     ("keys", "budget_period", "TEXT NOT NULL DEFAULT 'lifetime'"),
     ("reservations", "reserved_at", "REAL"),
     ("ledger", "reserved_at", "REAL"),
+    ("keys", "previous_hash", "TEXT"),  # the secret before a rotation, during its grace
+    ("keys", "previous_until", "REAL"),
+)
+# Read by name: files differ in which `_ADDED` columns came when.
+_KEY_COLUMNS = (
+    "key_id, key_hash, team, namespace, models, budget_micro, rpm, tpm, expires_at, "
+    "revoked, created_at, budget_period"
 )
 
 T = TypeVar("T")
@@ -116,6 +123,9 @@ class SqliteStore:
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
             _migrate(self._db)
+            self._db.execute(
+                "CREATE INDEX IF NOT EXISTS keys_previous_hash ON keys (previous_hash)"
+            )
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"sqlite store {path}: {exc}") from exc
         self._batch: list[tuple[_Op, asyncio.Future[Any]]] = []
@@ -179,7 +189,7 @@ class SqliteStore:
     async def create_key(self, record: KeyRecord) -> None:
         with self._tx() as tx:
             tx.db.execute(
-                "INSERT INTO keys VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                f"INSERT INTO keys ({_KEY_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     record.key_id,
                     record.key_hash,
@@ -197,16 +207,32 @@ class SqliteStore:
             )
 
     async def find_key(self, key_hash: str) -> KeyRecord | None:
-        row = self._db.execute("SELECT * FROM keys WHERE key_hash = ?", (key_hash,)).fetchone()
-        return None if row is None else _key(row)
+        row = self._db.execute(
+            f"SELECT {_KEY_COLUMNS}, previous_until FROM keys "
+            "WHERE key_hash = ? OR previous_hash = ?",
+            (key_hash, key_hash),
+        ).fetchone()
+        return None if row is None else as_found(_key(row[:-1]), key_hash, row[-1])
 
     async def list_keys(self) -> list[KeyRecord]:
-        rows = self._db.execute("SELECT * FROM keys ORDER BY created_at, key_id").fetchall()
+        rows = self._db.execute(
+            f"SELECT {_KEY_COLUMNS} FROM keys ORDER BY created_at, key_id"
+        ).fetchall()
         return [_key(r) for r in rows]
 
     async def revoke_key(self, key_id: str) -> bool:
         with self._tx() as tx:
             cur = tx.db.execute("UPDATE keys SET revoked = 1 WHERE key_id = ?", (key_id,))
+            return cur.rowcount > 0
+
+    async def rotate_key(self, key_id: str, key_hash: str, previous_until: float | None) -> bool:
+        keep_old = previous_until is not None
+        with self._tx() as tx:
+            cur = tx.db.execute(
+                "UPDATE keys SET previous_hash = CASE WHEN ? THEN key_hash END, "
+                "previous_until = ?, key_hash = ? WHERE key_id = ? AND revoked = 0",
+                (keep_old, previous_until, key_hash, key_id),
+            )
             return cur.rowcount > 0
 
     # --- budgets ---------------------------------------------------------------------
