@@ -56,6 +56,19 @@ def test_prices_and_output_caps_past_the_exact_range_are_refused() -> None:
         ("defaults: {onBudgetShort: maybe}", "onBudgetShort"),
         ("- a list", "mapping"),
         (
+            "fallbacks: [{name: h, baseUrl: 'http://h/v1', models: [m], upstreamModels: {x: y}}]",
+            "h: prices/upstreamModels name models it does not serve: x",
+        ),
+        (
+            "fallbacks: [{name: h, baseUrl: 'http://h/v1', models: [m], upstreamModels: {m: ''}}]",
+            "h.upstreamModels: no name for m",
+        ),
+        (
+            "pools: [{name: a, models: [m], endpoints: ['http://x'], prices: {m: "
+            "{inputPerMillionUsd: 1, outputPerMillionUsd: 1, tokenizer: t.json}}}]",
+            "a.prices: a tokenizer belongs in prices.<model>",
+        ),
+        (
             "pools: [{name: a, models: [m], endpoints: ['http://x']}, {name: a, models: [m], "
             "endpoints: ['http://y']}]",
             "unique",
@@ -103,3 +116,39 @@ def test_the_public_surface() -> None:
     assert len(set(podserve.gateway.__all__)) == len(podserve.gateway.__all__)
     for name in podserve.gateway.__all__:
         assert getattr(podserve.gateway, name) is not None
+
+
+def test_requests_reserve_at_the_dearest_upstream_and_bill_at_the_one_that_served() -> None:
+    from podserve.gateway.money import Rate
+    from podserve.gateway.prices import price_table
+
+    config = load_gateway_config(
+        "pools:\n"
+        "  - {name: a, models: [m, n], endpoints: ['http://a']}\n"
+        "  - {name: b, models: [m], endpoints: ['http://b'],\n"
+        "     prices: {m: {inputPerMillionUsd: 0.5, outputPerMillionUsd: 4}}}\n"
+        "fallbacks:\n"
+        "  - {name: h, baseUrl: 'http://h/v1', models: [m, n],\n"
+        "     prices: {m: {inputPerMillionUsd: 3, outputPerMillionUsd: 1},\n"
+        "              n: {inputPerMillionUsd: 0.1, outputPerMillionUsd: 0.1}}}\n"
+        "prices:\n"
+        "  m: {inputPerMillionUsd: 1, outputPerMillionUsd: 2}\n"
+        "  n: {inputPerMillionUsd: 1, outputPerMillionUsd: 2}\n"
+        "  unrouted: {inputPerMillionUsd: 7, outputPerMillionUsd: 7}\n"
+    )
+    table = price_table(config)
+    # input and output apart: 3 from h, 4 from b
+    assert table.hold_rate("m") == Rate(3000, 4000)
+    assert table.billed_rate("m", "a") == Rate(1000, 2000)  # prices.m
+    assert table.billed_rate("m", "b") == Rate(500, 4000)
+    assert table.billed_rate("m", "h") == Rate(3000, 1000)
+    assert table.hold_rate("n") == Rate(1000, 2000)
+    assert table.billed_rate("n", "h") == Rate(100, 100)
+    assert table.billed_rate("m", "") == table.hold_rate("m")  # no upstream served
+    assert table.hold_rate("unrouted") == Rate(7000, 7000)
+    assert table.hold_rate("unpriced") == Rate(0, 0)
+    # every bill a hold can become fits in it
+    for (model, _), rate in table.served.items():
+        hold = table.hold_rate(model)
+        assert rate.input_nano <= hold.input_nano
+        assert rate.output_nano <= hold.output_nano

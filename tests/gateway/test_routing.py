@@ -3,6 +3,7 @@ down, and retries within the budget when a pod answers 503."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -12,7 +13,7 @@ import httpx
 import pytest
 
 from tests.gateway.conftest import Pods, base_config
-from tests.gateway.support import GatewayProcess, make_key, spend_by
+from tests.gateway.support import TINY_LM, GatewayProcess, make_key, spend_by
 from tests.support.ports import free_port
 from tests.support.server import wait_until
 
@@ -91,6 +92,94 @@ def test_pool_down_falls_back_to_the_hosted_upstream(pods: Pods, tmp_path: Path)
         key, _ = make_key(gateway.config_path)
         seen = _upstreams(gateway, key, 3)
     assert seen == [(200, "hosted")] * 3
+
+
+def test_a_fallback_gets_its_name_for_the_model_and_bills_at_its_own_price(
+    pods: Pods, tmp_path: Path
+) -> None:
+    """house-lm: the pool is down; the fallback (a real podserve) knows the model as tiny-lm
+    and charges 3/5 USD per million against the gateway's 1/2. tiny-lm: the pool serves it
+    at 1/2, though its requests reserve at the fallback's 3/5."""
+    tokenizer = str(TINY_LM / "tokenizer.json")
+    config = base_config(
+        pods,
+        pools=[
+            {"name": "chat", "models": ["tiny-lm"], "endpoints": [pods.a.url]},
+            {
+                "name": "down",
+                "models": ["house-lm"],
+                "endpoints": [f"http://127.0.0.1:{free_port()}"],
+            },
+        ],
+        fallbacks=[
+            {
+                "name": "hosted",
+                "baseUrl": f"{pods.b.url}/v1",
+                "apiKeyEnv": "HOSTED_API_KEY",
+                "models": ["house-lm", "tiny-lm"],
+                "upstreamModels": {"house-lm": "tiny-lm"},
+                "prices": {
+                    m: {"inputPerMillionUsd": 3.0, "outputPerMillionUsd": 5.0}
+                    for m in ("house-lm", "tiny-lm")
+                },
+            }
+        ],
+        prices={
+            "tiny-lm": {
+                "inputPerMillionUsd": 1.0,
+                "outputPerMillionUsd": 2.0,
+                "tokenizer": tokenizer,
+            },
+            "house-lm": {
+                "inputPerMillionUsd": 1.0,
+                "outputPerMillionUsd": 2.0,
+                "tokenizer": tokenizer,
+            },
+        },
+    )
+    expected: dict[str, int] = {"tiny-lm": 0, "house-lm": 0}
+    with GatewayProcess(config, tmp_path, env={"HOSTED_API_KEY": "sk-test"}) as gateway:
+        key, _ = make_key(gateway.config_path)
+        headers = {"authorization": f"Bearer {key}"}
+        with httpx.Client(base_url=gateway.url, timeout=60, headers=headers) as http:
+            for model, upstream, input_nano, output_nano in (
+                ("tiny-lm", "chat", 1000, 2000),
+                ("house-lm", "hosted", 3000, 5000),
+            ):
+                reply = http.post("/v1/completions", json={**BODY, "model": model})
+                assert reply.status_code == 200, reply.text
+                assert reply.headers["x-podserve-gateway-upstream"] == upstream
+                usage = reply.json()["usage"]
+                nano = (
+                    usage["prompt_tokens"] * input_nano + usage["completion_tokens"] * output_nano
+                )
+                expected[model] += -(-nano // 1000)
+                # a stream gets the renamed body too, and its usage billed the same way
+                streamed = {
+                    **BODY,
+                    "model": model,
+                    "stream": True,
+                    "stream_options": {"include_usage": True},
+                }
+                with http.stream("POST", "/v1/completions", json=streamed) as events:
+                    assert events.status_code == 200
+                    lines = [line for line in events.iter_lines() if line.startswith("data: {")]
+                usage = json.loads(lines[-1].removeprefix("data: "))["usage"]
+                nano = (
+                    usage["prompt_tokens"] * input_nano + usage["completion_tokens"] * output_nano
+                )
+                expected[model] += -(-nano // 1000)
+        wait_until(
+            lambda: (
+                {m: r.requests for m, r in spend_by(gateway.config_path, "model").items()}
+                == {"tiny-lm": 2, "house-lm": 2}
+            ),
+            timeout_s=10,
+            what="four requests in the ledger",
+        )
+        spent = spend_by(gateway.config_path, "model")
+    assert {m: r.cost_micro for m, r in spent.items()} == expected
+    assert expected["house-lm"] > expected["tiny-lm"]  # the same work, at 3/5 against 1/2
 
 
 class _Hosted(BaseHTTPRequestHandler):

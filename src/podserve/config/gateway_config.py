@@ -72,23 +72,6 @@ class RedisPostgresStore(_Section):
 StoreConfig = Annotated[SqliteStore | RedisPostgresStore, Field(discriminator="kind")]
 
 
-class Pool(_Section):
-    name: str = Field(pattern=_NAME, description="Pool name (the `upstream` metric label).")
-    models: list[str] = Field(min_length=1, description="Models this pool serves.")
-    endpoints: list[HttpUrl] = Field(min_length=1, description="Base URLs of the pods.")
-    weight: int = Field(100, ge=0, description="Share among pools serving the same model.")
-    max_waiting: float = Field(
-        16.0, gt=0, description="A pod with more waiting requests than this is saturated."
-    )
-
-
-class Fallback(_Section):
-    name: str = Field(pattern=_NAME, description="Upstream name (the metric label).")
-    base_url: HttpUrl = Field(description="OpenAI-compatible base URL, ending in /v1.")
-    api_key_env: str | None = Field(None, description="Env var holding the API key.")
-    models: list[str] = Field(min_length=1, description="Models it may serve.")
-
-
 # The output cap the gateway reserves for and forwards at most (gateway/wire.py). No model
 # generates this many tokens in one response (the largest output limits today are ~128k
 # tokens), so a larger `max_tokens` (some clients send 2**31 - 1 for "no limit") is
@@ -147,6 +130,37 @@ class Price(_Section):
         assert inp is not None
         assert out is not None
         return inp, out
+
+
+_UPSTREAM_PRICES = (
+    "What this upstream costs per model, where it differs from `prices.<model>` (a hosted "
+    "API's list price, a canary pool on other GPUs): its requests are billed at it, and "
+    "every request for the model reserves at the dearest of the model's upstreams."
+)
+
+
+class Pool(_Section):
+    name: str = Field(pattern=_NAME, description="Pool name (the `upstream` metric label).")
+    models: list[str] = Field(min_length=1, description="Models this pool serves.")
+    endpoints: list[HttpUrl] = Field(min_length=1, description="Base URLs of the pods.")
+    weight: int = Field(100, ge=0, description="Share among pools serving the same model.")
+    max_waiting: float = Field(
+        16.0, gt=0, description="A pod with more waiting requests than this is saturated."
+    )
+    prices: dict[str, Price] = Field(default_factory=dict, description=_UPSTREAM_PRICES)
+
+
+class Fallback(_Section):
+    name: str = Field(pattern=_NAME, description="Upstream name (the metric label).")
+    base_url: HttpUrl = Field(description="OpenAI-compatible base URL, ending in /v1.")
+    api_key_env: str | None = Field(None, description="Env var holding the API key.")
+    models: list[str] = Field(min_length=1, description="Models it may serve.")
+    upstream_models: dict[str, str] = Field(
+        default_factory=dict,
+        description="The name this API knows a model by, where it is not the gateway's "
+        "(`{llama-3-8b: gpt-4o-mini}`): the `model` of the OpenAI routes' bodies sent to it.",
+    )
+    prices: dict[str, Price] = Field(default_factory=dict, description=_UPSTREAM_PRICES)
 
 
 class OnBudgetShort(StrEnum):
@@ -305,6 +319,30 @@ class GatewayConfig(_Section):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"pool/fallback names must be unique: {', '.join(dupes)}")
+        return self
+
+    @model_validator(mode="after")
+    def _upstream_overrides(self) -> GatewayConfig:
+        upstreams: list[Pool | Fallback] = [*self.pools, *self.fallbacks]
+        for up in upstreams:
+            named = set(up.prices)
+            if isinstance(up, Fallback):
+                named |= set(up.upstream_models)
+                empty = sorted(m for m, name in up.upstream_models.items() if not name.strip())
+                if empty:
+                    raise ValueError(f"{up.name}.upstreamModels: no name for {', '.join(empty)}")
+            stray = sorted(named - set(up.models))
+            if stray:
+                raise ValueError(
+                    f"{up.name}: prices/upstreamModels name models it does not serve: "
+                    f"{', '.join(stray)}"
+                )
+            tokenized = sorted(m for m, price in up.prices.items() if price.tokenizer)
+            if tokenized:
+                raise ValueError(
+                    f"{up.name}.prices: a tokenizer belongs in prices.<model> (prompts are "
+                    f"counted before an upstream is chosen): {', '.join(tokenized)}"
+                )
         return self
 
     def models(self) -> list[str]:

@@ -29,7 +29,8 @@ from podserve.gateway.failopen import LocalBudgets
 from podserve.gateway.key_limits import KeyLimits, key_limits
 from podserve.gateway.keys import KeyRecord, hash_key
 from podserve.gateway.limits import window_at
-from podserve.gateway.money import FREE, Rate
+from podserve.gateway.money import Rate
+from podserve.gateway.prices import price_table
 from podserve.gateway.store.base import (
     Charge,
     Hold,
@@ -81,13 +82,12 @@ class Accounting:
         self._lookups: dict[str, asyncio.Future[KeyRecord | None]] = {}
         self._settled = asyncio.Event()  # replaced after each settlement: wakes waiters
         self._local = LocalBudgets(config.fail_open.replicas)
-        self._rates: dict[str, Rate] = {}
+        self.prices = price_table(config)
         # Store calls that missed their deadline, and the releases of late reservations.
         self._background: set[asyncio.Future[Any]] = set()
         counters: dict[str, tokens.Counter] = {}
         self._key_limits: dict[KeyRecord, KeyLimits] = {}
         for model, price in config.prices.items():
-            self._rates[model] = Rate.per_million_usd(*price.per_million_usd())
             if price.tokenizer is not None:
                 from pathlib import Path
 
@@ -182,7 +182,8 @@ class Accounting:
 
     # --- admission -------------------------------------------------------------------
     def rate(self, model: str) -> Rate:
-        return self._rates.get(model, FREE)
+        """The rate `model`'s requests reserve at: its dearest upstream's (prices.py)."""
+        return self.prices.hold_rate(model)
 
     def _limits(self, key: KeyRecord) -> KeyLimits:
         """The key's budget scopes and rate limits: the same on each of its requests, so
@@ -314,8 +315,10 @@ class Accounting:
     async def settle(
         self, admission: Admission, usage: Usage, outcome: Outcome, upstream: str
     ) -> int:
-        """Record the real cost; returns it in micro-dollars."""
-        cost = admission.rate.cost_micro(usage.prompt_tokens, usage.completion_tokens)
+        """Record the real cost, at the price of the upstream that served it; returns it
+        in micro-dollars."""
+        rate = self.prices.billed_rate(admission.model, upstream)
+        cost = rate.cost_micro(usage.prompt_tokens, usage.completion_tokens)
         try:
             return await self._settle(admission, usage, outcome, upstream, cost)
         finally:

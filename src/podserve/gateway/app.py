@@ -14,6 +14,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Mapping
+from functools import partial
 
 import orjson
 
@@ -264,11 +265,13 @@ class Gateway:
             return self._refuse(InvalidRequest(str(exc)), started)
         except GatewayError as exc:
             return self._refuse(exc, started)
+        renamed = None
         if endpoint is not Endpoint.V2:
             force_usage = bill.stream and endpoint is not Endpoint.EMBEDDINGS
             body = forwarded_body(parsed, bill, admission.max_tokens, force_usage)
+            renamed = partial(forwarded_body, parsed, bill, admission.max_tokens, force_usage)
         try:
-            attempt = await self.forwarder.send(bill.model, call.path, body, rid)
+            attempt = await self.forwarder.send(bill.model, call.path, body, rid, renamed=renamed)
         except GatewayError as exc:
             await self._settle(admission, Usage(0, 0), Outcome.ERROR, "", 503)
             return self._refuse(exc, started)

@@ -14,7 +14,7 @@ third of aiohttp's (measured in that module's docstring), which spent a tenth of
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from podserve.config.egress_proxy import NO_PROXIES, ProxySettings
@@ -109,9 +109,18 @@ class Forwarder:
         return self._url(url), headers
 
     async def send(
-        self, model: str, path: str, body: bytes, rid: str, method: str = "POST"
+        self,
+        model: str,
+        path: str,
+        body: bytes,
+        rid: str,
+        method: str = "POST",
+        renamed: Callable[[str], bytes] | None = None,
     ) -> Attempted:
+        """`renamed(name)`: the body with `model` as `name`, for a fallback that knows the
+        model by another name (`fallbacks[].upstreamModels`); made once per name."""
         self._budget.on_request()
+        bodies: dict[str, bytes] = {}
         verb = method.encode("ascii")
         targets = self._router.plan(model, time.monotonic())
         if not targets:
@@ -126,8 +135,13 @@ class Forwarder:
             started = time.perf_counter()
             self._router.on_start(target, time.monotonic())
             url, headers = self._request(target, path, rid, method == "POST")
+            payload = body
+            name = target.model_name
+            if name is not None and renamed is not None:
+                found = bodies.get(name)
+                payload = bodies[name] = renamed(name) if found is None else found
             try:
-                response = await self._client.request(verb, url, body, headers)
+                response = await self._client.request(verb, url, payload, headers)
             except UPSTREAM_ERRORS as exc:
                 self._router.on_finish(target, False, time.monotonic())
                 error = f"{target.upstream}: {type(exc).__name__}"

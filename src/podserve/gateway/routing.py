@@ -46,6 +46,7 @@ class Target:
     upstream: str  # pool or fallback name
     base_url: str
     hosted: bool
+    model_name: str | None = None  # the upstream's name for the model, if not the gateway's
 
 
 @dataclass(slots=True)
@@ -82,7 +83,8 @@ class Router:
                 self._routes.setdefault(model, _ModelRoutes()).pools.append(pools[pool.name])
         for fb in config.fallbacks:
             for model in fb.models:
-                target = Target(fb.name, fb.base_url.rstrip("/"), hosted=True)
+                renamed = fb.upstream_models.get(model)
+                target = Target(fb.name, fb.base_url.rstrip("/"), hosted=True, model_name=renamed)
                 self._routes.setdefault(model, _ModelRoutes()).fallbacks.append(target)
         self._pool_of = {ep.rstrip("/"): p.name for p in config.pools for ep in p.endpoints}
         self._loads: dict[str, EndpointLoad] = {}

@@ -134,10 +134,17 @@ def _content_text(content: object) -> str:
 
 
 def forwarded_body(
-    body: dict[str, Any], bill: Billable, granted_max: int | None, force_usage: bool
+    body: dict[str, Any],
+    bill: Billable,
+    granted_max: int | None,
+    force_usage: bool,
+    model_name: str | None = None,
 ) -> bytes:
-    """The body sent upstream: the granted output cap, and usage asked for on streams."""
+    """The body sent upstream: the granted output cap, usage asked for on streams, and
+    the upstream's own name for the model where it has one."""
     out = dict(body)
+    if model_name is not None:
+        out["model"] = model_name
     if granted_max is not None:
         out[bill.cap_field] = granted_max
     if force_usage:
