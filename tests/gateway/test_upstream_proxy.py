@@ -1,7 +1,8 @@
-"""Egress through an HTTP proxy: the environment's settings, and requests through a real
+"""Egress through a proxy: the environment's settings, and requests through a real
 tinyproxy (Debian's `tinyproxy`, installed by .ci/run) to loopback upstreams, https over
-CONNECT and plain http in absolute form, on asyncio's loop and on uvloop; then a real
-gateway process reaching its pod through the proxy."""
+CONNECT and plain http in absolute form, on asyncio's loop and on uvloop, with the proxy
+spoken to in plain HTTP and over TLS (Debian's `stunnel4` in front of the same tinyproxy);
+then real gateway processes reaching their pod through either."""
 
 from __future__ import annotations
 
@@ -189,17 +190,32 @@ def tls(tmp_path: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
     return server, ssl.create_default_context(cafile=str(cert))
 
 
+Trust = Callable[[ssl.SSLContext], ssl.SSLContext]
+
+
+@pytest.fixture(params=["http-proxy", "https-proxy"])
+def egress(request: pytest.FixtureRequest, tinyproxy: Tinyproxy) -> tuple[str, Trust]:
+    """A proxy URL, and how a client's context comes to trust it: tinyproxy itself, or
+    stunnel's TLS in front of it (`tls_proxy`: an https upstream is then TLS inside TLS)."""
+    if request.param == "http-proxy":
+        return tinyproxy.url(), lambda context: context
+    tls_proxy: TlsProxy = request.getfixturevalue("tls_proxy")
+    return tls_proxy.url(), tls_proxy.trusted_by
+
+
 def test_https_goes_through_a_connect_tunnel_and_the_tunnel_is_reused(
     run: Callable[[Coroutine[Any, Any, Any]], Any],
     tinyproxy: Tinyproxy,
+    egress: tuple[str, Trust],
     tls: tuple[ssl.SSLContext, ssl.SSLContext],
 ) -> None:
     server_tls, client_tls = tls
+    proxy_url, trust = egress
 
     async def main() -> None:
         async with Scripted(_json, tls=server_tls) as server:
-            proxies = ProxySettings(https=parse_proxy(tinyproxy.url(), "test"))
-            client = UpstreamClient(2, 5, ssl_context=client_tls, proxies=proxies)
+            proxies = ProxySettings(https=parse_proxy(proxy_url, "test"))
+            client = UpstreamClient(2, 5, ssl_context=trust(client_tls), proxies=proxies)
             try:
                 for body in (b"x" * 10, b"y" * 20):
                     response = await client.request(
@@ -220,12 +236,17 @@ def test_https_goes_through_a_connect_tunnel_and_the_tunnel_is_reused(
 
 
 def test_http_is_sent_to_the_proxy_with_the_absolute_url(
-    run: Callable[[Coroutine[Any, Any, Any]], Any], tinyproxy: Tinyproxy
+    run: Callable[[Coroutine[Any, Any, Any]], Any],
+    tinyproxy: Tinyproxy,
+    egress: tuple[str, Trust],
 ) -> None:
+    proxy_url, trust = egress
+
     async def main() -> None:
         async with Scripted(_json) as server:
-            proxies = ProxySettings(http=parse_proxy(tinyproxy.url(), "test"))
-            client = UpstreamClient(2, 5, proxies=proxies)
+            proxies = ProxySettings(http=parse_proxy(proxy_url, "test"))
+            context = trust(ssl.create_default_context())
+            client = UpstreamClient(2, 5, ssl_context=context, proxies=proxies)
             try:
                 response = await client.request(b"POST", server.url("/v2/m/infer?x=1"), b"{}", [])
                 assert response.status == 200
@@ -377,59 +398,6 @@ def tls_proxy(tinyproxy: Tinyproxy, tmp_path_factory: pytest.TempPathFactory) ->
     finally:
         proc.terminate()
         proc.wait(timeout=10)
-
-
-def test_https_through_an_https_proxy_is_tls_inside_tls_and_the_tunnel_is_reused(
-    run: Callable[[Coroutine[Any, Any, Any]], Any],
-    tinyproxy: Tinyproxy,
-    tls_proxy: TlsProxy,
-    tls: tuple[ssl.SSLContext, ssl.SSLContext],
-) -> None:
-    server_tls, client_tls = tls
-
-    async def main() -> None:
-        async with Scripted(_json, tls=server_tls) as server:
-            proxies = ProxySettings(https=parse_proxy(tls_proxy.url(), "test"))
-            client = UpstreamClient(
-                2, 5, ssl_context=tls_proxy.trusted_by(client_tls), proxies=proxies
-            )
-            try:
-                for body in (b"x" * 10, b"y" * 20):
-                    response = await client.request(b"POST", server.url(), body, [])
-                    assert response.status == 200
-                    assert await response.read(1 << 20) == b'{"echo":%d}' % len(body)
-                    response.release()
-                assert [head.split(b" ")[1] for head, _ in server.requests] == [b"/v1/x"] * 2
-                assert server.connections == 1
-                assert client.connections_made == 1
-            finally:
-                await client.close()
-            # tinyproxy behind stunnel saw the CONNECT, so it crossed the outer TLS
-            assert f"CONNECT 127.0.0.1:{server.port} HTTP/1.1" in tinyproxy.requests()
-
-    run(main())
-
-
-def test_http_through_an_https_proxy_sends_the_absolute_url_over_tls(
-    run: Callable[[Coroutine[Any, Any, Any]], Any],
-    tinyproxy: Tinyproxy,
-    tls_proxy: TlsProxy,
-) -> None:
-    async def main() -> None:
-        async with Scripted(_json) as server:
-            proxies = ProxySettings(http=parse_proxy(tls_proxy.url(), "test"))
-            context = tls_proxy.trusted_by(ssl.create_default_context())
-            client = UpstreamClient(2, 5, ssl_context=context, proxies=proxies)
-            try:
-                response = await client.request(b"POST", server.url("/v2/m/infer"), b"{}", [])
-                assert response.status == 200
-                response.release()
-            finally:
-                await client.close()
-            target = f"http://127.0.0.1:{server.port}/v2/m/infer"
-            assert f"POST {target} HTTP/1.1" in tinyproxy.requests()
-
-    run(main())
 
 
 @pytest.mark.parametrize("scheme", ["http", "https"])
