@@ -39,7 +39,7 @@ from podserve.gateway.routing import Router
 from podserve.gateway.scrape import Scraper
 from podserve.gateway.sse import EventRelay, StreamTally
 from podserve.gateway.store.base import Outcome, Store
-from podserve.gateway.upstream_http import ResponseTooLarge
+from podserve.gateway.upstream_http import Header, ResponseTooLarge
 from podserve.gateway.usage import billed_usage, held_usage
 from podserve.gateway.wire import (
     BadRequest,
@@ -56,6 +56,12 @@ OVERHEAD_HEADER = "x-podserve-gateway-overhead-ms"
 _OVERHEAD = OVERHEAD_HEADER.encode()
 _UPSTREAM = b"x-podserve-gateway-upstream"
 _REQUEST_ID = b"x-request-id"
+# OIP's binary tensor extension: a JSON header of this many bytes, then raw tensors
+# (https://github.com/kserve/open-inference-protocol, "Binary Tensor Data Extension").
+# The body is forwarded untouched, so the headers that say how to read it go with it, and
+# the pod's answer to a request for binary outputs comes back with its own.
+_BINARY_JSON_LENGTH = b"inference-header-content-length"
+_V2_BODY_HEADERS = (b"content-type", _BINARY_JSON_LENGTH)
 log = logging.getLogger("podserve.gateway")
 
 
@@ -266,12 +272,21 @@ class Gateway:
         except GatewayError as exc:
             return self._refuse(exc, started)
         renamed = None
-        if endpoint is not Endpoint.V2:
+        passed: list[Header] = []
+        if endpoint is Endpoint.V2:
+            passed = [
+                (name, value.encode("latin-1"))
+                for name in _V2_BODY_HEADERS
+                if (value := call.header(name)) is not None
+            ]
+        else:
             force_usage = bill.stream and endpoint is not Endpoint.EMBEDDINGS
             body = forwarded_body(parsed, bill, admission.max_tokens, force_usage)
             renamed = partial(forwarded_body, parsed, bill, admission.max_tokens, force_usage)
         try:
-            attempt = await self.forwarder.send(bill.model, call.path, body, rid, renamed=renamed)
+            attempt = await self.forwarder.send(
+                bill.model, call.path, body, rid, renamed=renamed, passed=passed
+            )
         except GatewayError as exc:
             await self._settle(admission, Usage(0, 0), Outcome.ERROR, "", 503)
             return self._refuse(exc, started)
@@ -313,6 +328,9 @@ class Gateway:
         )
         upstream = attempt.target.upstream
         reply.headers += ((_UPSTREAM, upstream.encode()), (_REQUEST_ID, rid.encode()))
+        binary_json = response.headers.get(_BINARY_JSON_LENGTH.decode())
+        if endpoint is Endpoint.V2 and binary_json is not None:
+            reply.headers.append((_BINARY_JSON_LENGTH, binary_json.encode("latin-1")))
         status = response.status
 
         async def settle() -> None:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from podserve.gateway.errors import BodyTooLarge
 from podserve.gateway.wire import ErrorType, error_body
@@ -48,7 +49,12 @@ class Call:
 
     @property
     def path(self) -> str:
-        return str(self.scope["path"])
+        """The path to forward. An OIP model path is rebuilt from its matched segments,
+        each percent-encoded whole (`Routes.match`): the ASGI path is already decoded
+        once, and sent on as it was, a `%2F` or `?` in a version was decoded again by the
+        pod and reached another route than the one admitted here
+        (`.../versions/1%252Fgenerate%3F/infer` ran the pod's unbilled `generate`)."""
+        return self.params.get("path") or str(self.scope["path"])
 
     def header(self, name: bytes) -> str | None:
         """A request header by lower-case name (ASGI lower-cases them), first value."""
@@ -141,7 +147,10 @@ class Routes:
         parts = path[len("/v2/models/") :].split("/")
         if not all(parts):
             return None
-        params = {"model": parts[0]}
+        params = {
+            "model": parts[0],
+            "path": "/v2/models/" + "/".join(quote(p, safe="") for p in parts),
+        }
         if len(parts) == 1:
             shape = ""
         elif len(parts) == 2 and parts[1] in ("ready", "infer"):

@@ -14,7 +14,7 @@ third of aiohttp's (measured in that module's docstring), which spent a tenth of
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from podserve.config.egress_proxy import NO_PROXIES, ProxySettings
@@ -94,9 +94,11 @@ class Forwarder:
             found = self._urls[url] = parse_url(url)
         return found
 
-    def _request(self, target: Target, path: str, rid: str, body: bool) -> tuple[Url, list[Header]]:
-        headers = [(b"x-request-id", rid.encode("ascii"))]
-        if body:
+    def _request(
+        self, target: Target, path: str, rid: str, body: bool, passed: Sequence[Header]
+    ) -> tuple[Url, list[Header]]:
+        headers = [(b"x-request-id", rid.encode("ascii")), *passed]
+        if body and not any(name == b"content-type" for name, _ in passed):
             headers.append(_JSON)
         if target.hosted:
             # A hosted base URL already ends in /v1.
@@ -116,9 +118,11 @@ class Forwarder:
         rid: str,
         method: str = "POST",
         renamed: Callable[[str], bytes] | None = None,
+        passed: Sequence[Header] = (),
     ) -> Attempted:
         """`renamed(name)`: the body with `model` as `name`, for a fallback that knows the
-        model by another name (`fallbacks[].upstreamModels`); made once per name."""
+        model by another name (`fallbacks[].upstreamModels`); made once per name.
+        `passed`: the client's headers that describe the body (OIP's binary extension)."""
         self._budget.on_request()
         bodies: dict[str, bytes] = {}
         verb = method.encode("ascii")
@@ -134,7 +138,7 @@ class Forwarder:
                 self._metrics.retry(target.upstream).inc()
             started = time.perf_counter()
             self._router.on_start(target, time.monotonic())
-            url, headers = self._request(target, path, rid, method == "POST")
+            url, headers = self._request(target, path, rid, method == "POST", passed)
             payload = body
             name = target.model_name
             if name is not None and renamed is not None:
