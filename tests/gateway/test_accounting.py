@@ -47,8 +47,9 @@ def _bill(max_tokens: int) -> Billable:
 
 async def test_a_request_waits_for_outstanding_holds(tmp_path: Path) -> None:
     accounting, key, _ = await _setup(tmp_path, 10)
-    first = await accounting.admit(key, _bill(40))  # 3 + 2 * 40 = 83 of 100 held
-    second = asyncio.ensure_future(accounting.admit(key, _bill(10)))  # needs 23
+    # 3 bytes + 4 special tokens + 2 * 40 = 87 of 100 held
+    first = await accounting.admit(key, _bill(40))
+    second = asyncio.ensure_future(accounting.admit(key, _bill(10)))  # needs 27
     # Still waiting while the hold is outstanding (the fake clock keeps its deadline away).
     done, _ = await asyncio.wait({second}, timeout=0.2)
     assert not done
@@ -82,7 +83,7 @@ async def test_a_spent_budget_is_refused_at_once(tmp_path: Path) -> None:
 async def test_team_and_namespace_limits_apply_to_their_keys(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "gw.db")
     config = load_gateway_config(
-        "teams: {t: {budgetUsd: 0.000083}}\nnamespaces: {ns: {rpm: 2}}\n"
+        "teams: {t: {budgetUsd: 0.000087}}\nnamespaces: {ns: {rpm: 2}}\n"
         "prices: {m: {inputPerMillionUsd: 1, outputPerMillionUsd: 2}}\n"
         "defaults: {budgetWaitS: 0}\n"
     )
@@ -95,7 +96,7 @@ async def test_team_and_namespace_limits_apply_to_their_keys(tmp_path: Path) -> 
         )
         await store.create_key(record)
         records.append(record)
-    first = await accounting.admit(records[0], _bill(40))  # the team's 83 micro-dollars
+    first = await accounting.admit(records[0], _bill(40))  # the team's 87 micro-dollars
     with pytest.raises(OverLimit) as team:
         await accounting.admit(records[1], _bill(1))  # another key of the same team
     assert team.value.reason == "budget"

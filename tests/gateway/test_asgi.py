@@ -20,13 +20,19 @@ def test_routes_match_exact_paths_and_the_v2_shapes() -> None:
     routes.add_v2("POST", "infer", _ok)
     routes.add_v2("POST", "versions/infer", _ok)
     assert routes.match("/healthz") == ({"GET": _ok}, {})
-    assert routes.match("/v2/models/iris") == ({"GET": _ok}, {"model": "iris"})
-    assert routes.match("/v2/models/iris/ready") == ({"GET": _ok}, {"model": "iris"})
-    assert routes.match("/v2/models/iris/infer") == ({"POST": _ok}, {"model": "iris"})
+    for tail, methods in (("", {"GET": _ok}), ("/ready", {"GET": _ok}), ("/infer", {"POST": _ok})):
+        path = f"/v2/models/iris{tail}"
+        assert routes.match(path) == (methods, {"model": "iris", "path": path})
     assert routes.match("/v2/models/iris/versions/2/infer") == (
         {"POST": _ok},
-        {"model": "iris", "version": "2"},
+        {"model": "iris", "version": "2", "path": "/v2/models/iris/versions/2/infer"},
     )
+    # the forwarded path: each segment percent-encoded whole, as it was matched (the ASGI
+    # path is decoded once already; the pod decodes once more)
+    matched = routes.match("/v2/models/a b/versions/1%2Fgenerate?/infer")
+    assert matched is not None
+    assert matched[1]["version"] == "1%2Fgenerate?"
+    assert matched[1]["path"] == "/v2/models/a%20b/versions/1%252Fgenerate%3F/infer"
     for path in (
         "/nope",
         "/v2/models/",

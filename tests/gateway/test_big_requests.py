@@ -88,7 +88,7 @@ async def gw(pods: Pods, tmp_path: Path) -> AsyncIterator[InProcess]:
         yield found
 
 
-def completion(prompt: str) -> dict[str, Any]:
+def completion(prompt: str | list[str]) -> dict[str, Any]:
     return {"model": "tiny-lm", "prompt": prompt, "max_tokens": 2}
 
 
@@ -116,6 +116,49 @@ async def test_a_short_prompt_is_counted_on_the_loop(gw: InProcess, gate: Gate) 
     )
     assert response.status_code == 200, response.text
     assert gate.threads == [threading.current_thread().name]
+
+
+async def test_many_short_texts_are_counted_off_the_loop(gw: InProcess, gate: Gate) -> None:
+    """Few characters, many texts: a tokenizer call costs per text too (700 K empty
+    messages were 10 s of counting on the loop), so past INLINE_TEXTS it is the thread's."""
+    prompts = [""] * (counting.INLINE_TEXTS + 1)
+    request = asyncio.create_task(
+        gw.client.post("/v1/completions", json=completion(prompts), headers=gw.headers)
+    )
+    await until(gate.entered)
+    assert (await gw.client.get("/healthz")).status_code == 200
+    assert not request.done()
+    gate.opened.set()
+    await request  # (the pod's answer to empty prompts is not the point)
+    assert gate.opened_in_time == [True]
+    assert gate.threads == ["podserve-gw-count_0"]
+
+
+async def test_a_big_body_is_parsed_and_checked_off_the_loop(
+    gw: InProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A million one-id lists in 4 MiB kept /healthz waiting 0.8 s while the loop parsed and
+    walked them; past body_parse.INLINE_BYTES that work is the parsing thread's."""
+    from podserve.gateway import body_parse
+
+    parse_gate = Gate()
+    real = body_parse._parse
+
+    def gated(raw: bytes, endpoint: Any) -> Any:
+        parse_gate.pass_through()
+        return real(raw, endpoint)
+
+    monkeypatch.setattr(body_parse, "_parse", gated)
+    body = {**completion("def add(a, b):"), "user": "u" * body_parse.INLINE_BYTES}
+    request = asyncio.create_task(gw.client.post("/v1/completions", json=body, headers=gw.headers))
+    await until(parse_gate.entered)
+    assert (await gw.client.get("/healthz")).status_code == 200
+    assert not request.done()
+    parse_gate.opened.set()
+    response = await request
+    assert response.status_code == 200, response.text
+    assert parse_gate.opened_in_time == [True]
+    assert parse_gate.threads == ["podserve-gw-parse_0"]
 
 
 async def test_a_prompt_longer_than_the_backlog_is_bounded_by_its_bytes(

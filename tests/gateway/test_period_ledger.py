@@ -49,8 +49,10 @@ NEW_DAY = _utc(2027, 1, 1)
 NOON = 12 * 3600.0
 
 
-def _bill(max_tokens: int) -> Billable:  # 3 prompt tokens ("abc"): 3 + 2 x max_tokens micro
-    return billable({"model": "m", "prompt": "abc", "max_tokens": max_tokens}, Endpoint.COMPLETIONS)
+def _bill(max_tokens: int) -> Billable:  # 3 prompt token ids (exact): 3 + 2 x max_tokens micro
+    return billable(
+        {"model": "m", "prompt": [1, 2, 3], "max_tokens": max_tokens}, Endpoint.COMPLETIONS
+    )
 
 
 def _redis_store(redis_url: str, dsn: str, wall: FakeClock) -> Store:

@@ -105,8 +105,10 @@ async def _key(store: Store, period: BudgetPeriod, team: str = "t") -> KeyRecord
     return key
 
 
-def _bill(max_tokens: int) -> Billable:
-    return billable({"model": "m", "prompt": "abc", "max_tokens": max_tokens}, Endpoint.COMPLETIONS)
+def _bill(max_tokens: int) -> Billable:  # 3 prompt token ids, counted exactly
+    return billable(
+        {"model": "m", "prompt": [1, 2, 3], "max_tokens": max_tokens}, Endpoint.COMPLETIONS
+    )
 
 
 async def test_a_spent_daily_budget_comes_back_at_midnight(store: Store) -> None:

@@ -13,6 +13,7 @@ import pytest
 from podserve.gateway import counting
 from podserve.gateway.budget import Usage
 from podserve.gateway.counting import PromptCounting
+from podserve.gateway.tokens import SPECIALS_PER_TEXT
 from podserve.gateway.usage import FULL_PARSE_MAX_BYTES, billed_usage, reported_usage
 
 FILLER = [{"index": i, "embedding": [0.125] * 384} for i in range(64)]
@@ -112,14 +113,15 @@ class HeldCounter:
 async def test_past_the_backlog_a_prompt_is_bounded_by_its_bytes() -> None:
     held = HeldCounter()
     prompts = PromptCounting({"m": held})
-    first = "a" * (counting.MAX_BACKLOG_CHARS - 10)
+    first = "a" * (counting.MAX_BACKLOG_CHARS - 10 - counting.TEXT_COST_CHARS)
     try:
         waiting = asyncio.ensure_future(prompts.count("m", [first]))
         assert await asyncio.to_thread(held.entered.wait, 10)
-        assert prompts.backlog_chars == len(first)
+        # a text costs the backlog its characters and a text's overhead
+        assert prompts.backlog_chars == len(first) + counting.TEXT_COST_CHARS
         # 600 more characters would pass the backlog: bounded by bytes, at once, and the
-        # UTF-8 bytes of a non-ASCII text, not its characters.
-        assert await prompts.count("m", ["é" * 600]) == 1200
+        # UTF-8 bytes of a non-ASCII text, not its characters, plus its special tokens.
+        assert await prompts.count("m", ["é" * 600]) == 1200 + SPECIALS_PER_TEXT
         assert held.calls == [len(first)]
         held.release.set()
         assert await waiting == len(first)
@@ -141,7 +143,8 @@ async def test_a_cancelled_request_gives_its_backlog_back() -> None:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert prompts.backlog_chars == 5000  # the thread is still counting it
+        # the thread is still counting it
+        assert prompts.backlog_chars == 5000 + counting.TEXT_COST_CHARS
         held.release.set()
         for _ in range(1000):
             if prompts.backlog_chars == 0:
@@ -155,5 +158,5 @@ async def test_a_cancelled_request_gives_its_backlog_back() -> None:
 
 async def test_a_model_without_a_tokenizer_is_bounded_by_bytes_inline() -> None:
     prompts = PromptCounting({})
-    assert await prompts.count("other", ["abc", "ü"]) == 5
+    assert await prompts.count("other", ["abc", "ü"]) == 5 + 2 * SPECIALS_PER_TEXT
     prompts.close()

@@ -297,6 +297,12 @@ class GatewayConfig(_Section):
         ge=1024,
         description="Largest request line plus headers; more is answered 431 and closed.",
     )
+    body_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Time a request's whole body has to arrive after its headers; then 408 "
+        "and the connection closed (16 MiB in 30 s is 0.55 MB/s).",
+    )
     header_timeout_s: float = Field(
         10.0,
         gt=0,

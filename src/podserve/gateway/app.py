@@ -22,6 +22,7 @@ from podserve.config.egress_proxy import NO_PROXIES, ProxySettings
 from podserve.config.gateway_config import GatewayConfig
 from podserve.gateway.accounting import Accounting, Admission
 from podserve.gateway.asgi import App, Call, Headers, Reply, Routes
+from podserve.gateway.body_parse import BodyParser
 from podserve.gateway.budget import Usage
 from podserve.gateway.errors import (
     GatewayError,
@@ -45,10 +46,8 @@ from podserve.gateway.wire import (
     BadRequest,
     Billable,
     Endpoint,
-    billable,
     error_body,
     forwarded_body,
-    parse_body,
     request_id,
 )
 
@@ -81,6 +80,7 @@ class Gateway:
         self.retry_budget = RetryBudget(config.routing.retry_budget_ratio)
         self.accounting = Accounting(config, store)
         self.inflight = InFlight(config.max_in_flight, config.max_body_bytes_in_flight)
+        self.parser = BodyParser()
         r = config.routing
         self.forwarder = Forwarder(
             self.router,
@@ -136,6 +136,7 @@ class Gateway:
             async with asyncio.timeout(5):
                 await self.accounting.quiesce()
         self.accounting.counting.close()
+        self.parser.close()
         await self.accounting.store.close()
 
     def asgi(self) -> App:
@@ -245,6 +246,19 @@ class Gateway:
             reply.done = lambda: self.inflight.leave(ticket)
         return reply
 
+    async def _body(self, call: Call, ticket: Ticket) -> bytes:
+        """The request body, counted among the bytes in flight as it arrives."""
+        try:
+            return await call.body(
+                self.config.max_body_bytes,
+                self.config.body_timeout_s,
+                lambda size: self.inflight.grow(ticket, size),
+            )
+        except GatewayError as exc:
+            # The rest of the body is unread: the connection cannot carry another request.
+            exc.close_connection = True
+            raise
+
     async def _proxy_admitted(
         self, call: Call, endpoint: Endpoint, started: float, ticket: Ticket
     ) -> Reply | None:
@@ -253,8 +267,7 @@ class Gateway:
         try:
             key = await self.accounting.authenticate(call.header(b"authorization"), deadline)
             reading = time.monotonic()
-            raw = await call.body(self.config.max_body_bytes)
-            self.inflight.grow(ticket, len(raw))  # a body sent without Content-Length
+            raw = await self._body(call, ticket)
             deadline += time.monotonic() - reading  # the client's upload is not store time
             if endpoint is Endpoint.V2:
                 # OIP bodies are forwarded byte for byte: nothing in them is billed.
@@ -262,8 +275,7 @@ class Gateway:
                 bill = Billable(model, endpoint, False, False, None, "", 1, (), 0)
                 body = raw
             else:
-                parsed = parse_body(raw)
-                bill = billable(parsed, endpoint)
+                parsed, bill = await self.parser.parse(raw, endpoint)
             if not self.router.knows(bill.model):
                 raise UnknownModel(f"model '{bill.model}' is not served by this gateway")
             admission = await self.accounting.admit(key, bill, rid, deadline)
@@ -281,8 +293,12 @@ class Gateway:
             ]
         else:
             force_usage = bill.stream and endpoint is not Endpoint.EMBEDDINGS
-            body = forwarded_body(parsed, bill, admission.max_tokens, force_usage)
-            renamed = partial(forwarded_body, parsed, bill, admission.max_tokens, force_usage)
+            body = await self.parser.run(
+                len(raw), forwarded_body, parsed, bill, admission.max_tokens, force_usage
+            )
+            if self.router.renamed(bill.model):
+                renamed = partial(forwarded_body, parsed, bill, admission.max_tokens, force_usage)
+            del parsed  # a big body's objects go now, not when its response has been relayed
         try:
             attempt = await self.forwarder.send(
                 bill.model, call.path, body, rid, renamed=renamed, passed=passed
@@ -417,4 +433,6 @@ class Gateway:
         reply = self._json(error_body(str(exc), exc.kind, exc.reason), exc.status, started, 0.0)
         if exc.retry_after_s is not None:
             reply.headers.append((b"retry-after", str(exc.retry_after_s).encode()))
+        if exc.close_connection:  # uvicorn closes after a response that says so
+            reply.headers.append((b"connection", b"close"))
         return reply

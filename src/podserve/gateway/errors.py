@@ -14,6 +14,7 @@ class GatewayError(Exception):
     def __init__(self, message: str, retry_after_s: int | None = None) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+        self.close_connection = False  # the request was not read whole
 
 
 class InvalidRequest(GatewayError):
@@ -26,6 +27,16 @@ class BodyTooLarge(GatewayError):
     status = 413
     kind = ErrorType.INVALID
     reason = "too_large"
+
+
+class BodyTimeout(GatewayError):
+    """The body did not arrive within `bodyTimeoutS` of the headers: a client trickling
+    it would otherwise hold a request slot and its bytes in flight for as long as it
+    liked (the header timeout ends where the body begins)."""
+
+    status = 408
+    kind = ErrorType.INVALID
+    reason = "body_timeout"
 
 
 class Unauthorized(GatewayError):

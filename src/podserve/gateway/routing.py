@@ -135,6 +135,11 @@ class Router:
     def knows(self, model: str) -> bool:
         return model in self._routes
 
+    def renamed(self, model: str) -> bool:
+        """Whether some upstream of `model` knows it by another name."""
+        routes = self._routes.get(model)
+        return routes is not None and any(t.model_name for t in routes.fallbacks)
+
     def plan(self, model: str, now_s: float) -> list[Target]:
         """Targets to try in order; empty when nothing can serve the model now.
 

@@ -10,13 +10,24 @@ Llama 3 (5 per message), ChatML (4) and tiny-lm (2).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 CHAT_OVERHEAD_PER_MESSAGE = 8
 CHAT_OVERHEAD_FIXED = 8
+# The special tokens a tokenizer may add to each text it encodes (BOS, EOS, a prefix
+# space): a bound, generous against Llama's 1 and BERT's 2, so that a short prompt is not
+# bounded below its real count ("a": 1 byte, 2 tokens with a BOS).
+SPECIALS_PER_TEXT = 4
+# One tokenizer call holds an Encoding per text (ids, offsets, token strings, masks:
+# about 190 bytes a token here: a 1 M-character prompt took the gateway from 68 to 254 MB),
+# so texts are encoded in batches of at most this many characters and texts, a longer
+# text in pieces. A piece cut inside a word can only add tokens, as can a piece's own
+# special tokens: the count stays an upper bound, exact for texts under the slice.
+SLICE_CHARS = 64 * 1024
+SLICE_TEXTS = 256
 
 
 class Counter(Protocol):
@@ -31,7 +42,8 @@ class ByteBound:
     def count(self, texts: Sequence[str]) -> int:
         # An ASCII string's UTF-8 length is its length, and CPython knows a string is
         # ASCII without scanning it (str.isascii is O(1)): no 16 MB copy for a big prompt.
-        return sum(len(t) if t.isascii() else len(t.encode()) for t in texts)
+        utf8 = sum(len(t) if t.isascii() else len(t.encode()) for t in texts)
+        return utf8 + SPECIALS_PER_TEXT * len(texts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +60,44 @@ class TokenizerCount:
     path: Path
 
     def counts(self, texts: Sequence[str]) -> list[int]:
-        encoded = _load(str(self.path)).encode_batch(list(texts), add_special_tokens=True)
-        return [len(e.ids) for e in encoded]
+        tokenizer = _load(str(self.path))
+        out = [0] * len(texts)
+        for owners, batch in _batches(texts):
+            for owner, encoding in zip(
+                owners, tokenizer.encode_batch(batch, add_special_tokens=True), strict=True
+            ):
+                out[owner] += len(encoding.ids)
+        return out
+
+
+def _batches(texts: Sequence[str]) -> Iterator[tuple[list[int], list[str]]]:
+    """(which text each piece is of, the pieces): at most SLICE_CHARS characters and
+    SLICE_TEXTS pieces a batch; a text longer than SLICE_CHARS is cut, at whitespace
+    where there is some in the piece's second half."""
+    owners: list[int] = []
+    batch: list[str] = []
+    size = 0
+    for index, text in enumerate(texts):
+        for piece in _pieces(text):
+            if batch and (size + len(piece) > SLICE_CHARS or len(batch) == SLICE_TEXTS):
+                yield owners, batch
+                owners, batch, size = [], [], 0
+            owners.append(index)
+            batch.append(piece)
+            size += len(piece)
+    if batch:
+        yield owners, batch
+
+
+def _pieces(text: str) -> Iterator[str]:
+    start = 0
+    while len(text) - start > SLICE_CHARS:
+        end = start + SLICE_CHARS
+        cut = text.rfind(" ", start + SLICE_CHARS // 2, end)
+        end = end if cut < 0 else cut
+        yield text[start:end]
+        start = end
+    yield text[start:]
 
 
 _CACHE: dict[str, object] = {}

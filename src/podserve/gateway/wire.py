@@ -68,9 +68,18 @@ def billable(body: dict[str, Any], endpoint: Endpoint) -> Billable:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise BadRequest("'model' is required and must be a string")
-    stream = body.get("stream") is True
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise BadRequest("'stream' must be a boolean")
+    # Checked here, not left to the upstream: the gateway rewrites stream_options (it
+    # forces include_usage), which would turn a malformed value into a valid one.
     options = body.get("stream_options")
-    wants_usage = isinstance(options, dict) and options.get("include_usage") is True
+    if options is not None and not isinstance(options, dict):
+        raise BadRequest("'stream_options' must be an object")
+    include_usage = None if options is None else options.get("include_usage")
+    if include_usage is not None and not isinstance(include_usage, bool):
+        raise BadRequest("'stream_options.include_usage' must be a boolean")
+    wants_usage = include_usage is True
     choices = _positive_int(body, "n") or 1
     if choices > MAX_CHOICES:
         raise BadRequest(f"'n' must be at most {MAX_CHOICES}")
@@ -109,7 +118,7 @@ def billable(body: dict[str, Any], endpoint: Endpoint) -> Billable:
     return Billable(
         model,
         endpoint,
-        stream,
+        stream is True,
         wants_usage,
         max_tokens,
         cap_field,

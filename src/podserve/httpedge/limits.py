@@ -17,7 +17,11 @@ subclass, at the parser's callbacks:
   kept-alive connection) until the headers are complete; when it fires, a JSON 408 and
   close (RFC 9110 §15.5.9), the slow-loris defence nginx calls client_header_timeout;
 - connections: a connection past `max_connections` gets a JSON 503 with Retry-After and
-  is closed at once, before a byte of it is read: refusing costs next to nothing.
+  is closed at once, before a byte of it is read: refusing costs next to nothing;
+- malformed HTTP (a bad chunk size, Content-Length with Transfer-Encoding, a control byte
+  in a header, an unknown HTTP version...): llhttp refuses it and uvicorn's
+  `send_400_response` answers a text/plain "Invalid HTTP request received."; here, a
+  JSON 400 naming what llhttp found wrong, and close.
 
 Every refusal is JSON, in the error shape of the edge that sends it (`error_body`).
 """
@@ -25,16 +29,19 @@ Every refusal is JSON, in the error shape of the edge that sends it (`error_body
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
 import orjson
+from httptools import HttpParserCallbackError, HttpParserError, HttpParserInvalidURLError
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from podserve.httpedge.coalesce import CoalescingTransport
 
 _REASONS = {
+    400: b"Bad Request",
     408: b"Request Timeout",
     431: b"Request Header Fields Too Large",
     503: b"Service Unavailable",
@@ -140,6 +147,20 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if not self._refused:
             super().on_message_complete()
 
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to what llhttp cannot parse (`data_received`, in its `except
+        HttpParserError`): the same 400 and close, but JSON naming the problem."""
+        if self._refused:
+            return  # a 431 went out earlier in this read, and the parser went on: one answer
+        cycle = self.cycle
+        if cycle is not None and cycle.response_started and not cycle.response_complete:
+            # A response is half written (its body was still coming in): a status line
+            # now would be read as part of it. Cut it short, as a reset would.
+            self._refused = True
+            self.transport.close()
+            return
+        self._refuse(400, f"malformed HTTP request: {_parser_problem(msg)}")
+
     # --- bounds ------------------------------------------------------------------------------
     def _count(self, size: int) -> bool:
         if self._refused:
@@ -187,3 +208,21 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             head.append(b"retry-after: 1\r\n")
         self.transport.write(b"".join([*head, b"\r\n", body]))
         self.transport.close()
+
+
+def _parser_problem(fallback: str) -> str:
+    """What llhttp found wrong, from the HttpParserError being handled: uvicorn passes
+    `send_400_response` only its fixed "Invalid HTTP request received.", but llhttp's
+    reason is a fixed phrase ("Invalid character in chunk size", "Duplicate
+    Content-Length", "Invalid HTTP version") that tells the client what to fix, and
+    carries none of the request's bytes."""
+    exc = sys.exc_info()[1]
+    if isinstance(exc, HttpParserCallbackError):
+        # A callback raised: uvicorn's `httptools.parse_url` on a request target llhttp
+        # let through ("http://", a port past 65535). Its message echoes the target.
+        if isinstance(exc.__context__, HttpParserInvalidURLError):
+            return "invalid request target"
+        return fallback
+    if isinstance(exc, HttpParserError) and str(exc):
+        return str(exc)
+    return fallback
