@@ -393,3 +393,11 @@ def test_a_pathological_big_body_is_refused_and_the_gateway_stays_healthy(
     path, body = LOOP_BODIES[case]
     assert 400 <= post(gateway, key, path, body).status_code < 500
     healthy(gateway, key)
+
+
+def test_an_unknown_model_name_is_not_echoed_whole(gateway: GW, key: str) -> None:
+    reply = post(gateway, key, COMPLETIONS, completion(model="m" * 1_000_000))
+    assert reply.status_code == 404
+    message = error_of(reply.status_code, reply.content)
+    assert "(1000000 characters)" in message
+    assert len(reply.content) < 1024

@@ -24,6 +24,7 @@ from podserve.gateway.errors import (
     OverLimit,
     StoreDown,
     Unauthorized,
+    shown,
 )
 from podserve.gateway.failopen import LocalBudgets
 from podserve.gateway.key_limits import KeyLimits, key_limits
@@ -230,7 +231,7 @@ class Accounting:
         self, key: KeyRecord, bill: Billable, request_id: str = "", deadline: float | None = None
     ) -> Admission:
         if not key.allows(bill.model):
-            raise ModelForbidden(f"this key may not use model '{bill.model}'")
+            raise ModelForbidden(f"this key may not use model '{shown(bill.model)}'")
         rate = self.rate(bill.model)
         prompt = await self.counting.prompt_tokens(bill)
         generates = bill.endpoint in (Endpoint.COMPLETIONS, Endpoint.CHAT)

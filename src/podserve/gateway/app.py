@@ -30,6 +30,7 @@ from podserve.gateway.errors import (
     ModelForbidden,
     Overloaded,
     UnknownModel,
+    shown,
 )
 from podserve.gateway.forward import UPSTREAM_ERRORS, Attempted, Forwarder, upstream_failed
 from podserve.gateway.inflight import InFlight, Ticket
@@ -201,9 +202,9 @@ class Gateway:
         try:
             key = await self.accounting.authenticate(call.header(b"authorization"))
             if not key.allows(model):
-                raise ModelForbidden(f"this key may not use model '{model}'")
+                raise ModelForbidden(f"this key may not use model '{shown(model)}'")
             if not self.router.knows(model):
-                raise UnknownModel(f"model '{model}' is not served by this gateway")
+                raise UnknownModel(f"model '{shown(model)}' is not served by this gateway")
             attempt = await self.forwarder.send(
                 model, call.path, b"", request_id(None), method="GET"
             )
@@ -277,7 +278,7 @@ class Gateway:
             else:
                 parsed, bill = await self.parser.parse(raw, endpoint)
             if not self.router.knows(bill.model):
-                raise UnknownModel(f"model '{bill.model}' is not served by this gateway")
+                raise UnknownModel(f"model '{shown(bill.model)}' is not served by this gateway")
             admission = await self.accounting.admit(key, bill, rid, deadline)
         except BadRequest as exc:
             return self._refuse(InvalidRequest(str(exc)), started)

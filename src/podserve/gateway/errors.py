@@ -90,3 +90,14 @@ class UpstreamFailed(GatewayError):
 
     status = 502
     reason = "upstream"
+
+
+NAME_SHOWN_CHARS = 128
+
+
+def shown(name: str) -> str:
+    """A client-chosen name as an error message quotes it: cut short, so a 1 MB model
+    name is not echoed into a 1 MB error body."""
+    if len(name) <= NAME_SHOWN_CHARS:
+        return name
+    return f"{name[:NAME_SHOWN_CHARS]}... ({len(name)} characters)"
