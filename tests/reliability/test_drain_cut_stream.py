@@ -244,7 +244,7 @@ def test_streams_cut_mid_way_end_with_an_error_event_or_unavailable(tmp_path: Pa
     error = json.loads(last)["error"]
     assert "drain_timeout_s expired" in error["message"]
     assert error["type"] == "service_unavailable"
-    assert error["code"] == 503
+    assert error["code"] == "draining"
 
     # Triton's generate_stream: its own error event shape
     head, data, terminated = generate.events()

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from podserve.protocol.json_body import FailFastList
+
 # torch.Generator.manual_seed's domain: the engine seeds a request's generator with it.
 SEED_MIN = -(2**63)
 SEED_MAX = 2**64 - 1
@@ -33,7 +35,7 @@ class SamplingFields(BaseModel):
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0)  # an extension vLLM also accepts
     seed: int | None = Field(None, ge=SEED_MIN, le=SEED_MAX)
-    stop: str | list[str] | None = None
+    stop: str | FailFastList[str] | None = None  # O(1) to refuse (protocol/json_body.py)
     ignore_eos: bool = False  # vLLM's extension, used by benchmarks
     # None (JSON null) is OpenAI's "not given": 0. Finite: NaN and infinities are refused.
     presence_penalty: float | None = Field(

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import orjson
 
 from podserve.core.errors import Draining
-from podserve.server.errors import error_response, openai_error_response
+from podserve.server.errors import error_response, openai_error, openai_error_response
 from podserve.server.http import Response
 
 log = logging.getLogger("podserve.server")
@@ -67,11 +67,7 @@ def cut_response(openai: bool) -> Response:
 
 def cut_event(openai: bool) -> bytes:
     """The last server-sent event of a stream cut after it began."""
-    body: object = (
-        {"error": {"message": CUT_MESSAGE, "type": "service_unavailable", "code": 503}}
-        if openai
-        else {"error": CUT_MESSAGE}
-    )
+    body = openai_error(Draining(CUT_MESSAGE)) if openai else {"error": CUT_MESSAGE}
     return b"data: " + orjson.dumps(body) + b"\n\n"
 
 

@@ -21,6 +21,7 @@ from podserve.protocol.openai import (
     encode_model_list,
 )
 from podserve.server import streams as streams_io
+from podserve.server.errors import openai_error
 from podserve.server.http import Request, Response, StreamingResponse
 
 
@@ -158,7 +159,7 @@ class OpenAIRoutes:
                         )
             except PodserveError as exc:
                 # The status line is gone already: report the error as the last event.
-                yield oai.sse({"error": {"message": exc.message, "type": "server_error"}})
+                yield oai.sse(openai_error(exc))
                 yield oai.SSE_DONE
                 return
         if parsed.include_usage:

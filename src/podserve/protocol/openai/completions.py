@@ -7,13 +7,13 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler, WrapValidator
 
 from podserve.core.errors import InvalidInput
-from podserve.protocol.json_body import parse_body
+from podserve.protocol.json_body import FailFastList, parse_body, token_ids
 from podserve.protocol.sampling import SamplingFields
 
 FinishReason = Literal["stop", "length"]
@@ -71,25 +71,39 @@ class _Sampling(SamplingFields):
         return bool(self.stream_options and self.stream_options.include_usage)
 
 
+def _one_prompt(value: object, validate: ValidatorFunctionWrapHandler) -> object:
+    """A list prompt is refused on its first item and its length before any item is
+    validated, as a text prompt is bounded before it is tokenized (dataplane/prompts.py):
+    a million token ids cost 5 s of event loop when pydantic checked each one against
+    `str` (protocol/json_body.py). Token ids are not taken at all (the engine is fed
+    text), so their refusal does not depend on the model's context. InvalidInput is not
+    a ValueError: pydantic lets it through unchanged, message and all."""
+    if isinstance(value, list):
+        if token_ids(value):
+            raise InvalidInput(
+                "'prompt' as token ids is not supported; send the text (a string, or a "
+                "list of one string)"
+            )
+        if len(value) != 1:
+            raise InvalidInput("'prompt' as a list must hold exactly one string (n=1 batching)")
+    return validate(value)
+
+
 class CompletionRequest(_Sampling):
-    prompt: str | list[str]
+    prompt: Annotated[str | list[str], WrapValidator(_one_prompt)]
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
 
     def logprob_count(self) -> int | None:
         return self.logprobs
 
     def prompt_text(self) -> str:
-        if isinstance(self.prompt, str):
-            return self.prompt
-        if len(self.prompt) != 1:
-            raise InvalidInput("'prompt' as a list must hold exactly one string (n=1 batching)")
-        return self.prompt[0]
+        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
 
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
     role: Literal["system", "user", "assistant", "developer", "tool"]
-    content: str | list[dict[str, Any]] | None = None
+    content: str | FailFastList[dict[str, Any]] | None = None
 
     def text(self) -> str:
         if self.content is None:
@@ -107,7 +121,7 @@ class ChatMessage(BaseModel):
 
 
 class ChatRequest(_Sampling):
-    messages: list[ChatMessage] = Field(min_length=1)
+    messages: FailFastList[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
