@@ -61,6 +61,9 @@ class TokenizerCount:
 
     def counts(self, texts: Sequence[str]) -> list[int]:
         tokenizer = _load(str(self.path))
+        if len(texts) <= SLICE_TEXTS and sum(map(len, texts)) <= SLICE_CHARS:  # most prompts
+            encoded = tokenizer.encode_batch(list(texts), add_special_tokens=True)
+            return [len(e.ids) for e in encoded]
         out = [0] * len(texts)
         for owners, batch in _batches(texts):
             for owner, encoding in zip(
