@@ -33,6 +33,7 @@ from podserve.gateway.errors import (
     shown,
 )
 from podserve.gateway.forward import UPSTREAM_ERRORS, Attempted, Forwarder, upstream_failed
+from podserve.gateway.housekeeping import housekeep
 from podserve.gateway.inflight import InFlight, Ticket
 from podserve.gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from podserve.gateway.relay import relay_stream
@@ -44,6 +45,8 @@ from podserve.gateway.store.base import Outcome, Store
 from podserve.gateway.upstream_http import Header, ResponseTooLarge
 from podserve.gateway.usage import billed_usage, held_usage
 from podserve.gateway.wire import (
+    BINARY_JSON_LENGTH,
+    V2_BODY_HEADERS,
     BadRequest,
     Billable,
     Endpoint,
@@ -56,12 +59,6 @@ OVERHEAD_HEADER = "x-podserve-gateway-overhead-ms"
 _OVERHEAD = OVERHEAD_HEADER.encode()
 _UPSTREAM = b"x-podserve-gateway-upstream"
 _REQUEST_ID = b"x-request-id"
-# OIP's binary tensor extension: a JSON header of this many bytes, then raw tensors
-# (https://github.com/kserve/open-inference-protocol, "Binary Tensor Data Extension").
-# The body is forwarded untouched, so the headers that say how to read it go with it, and
-# the pod's answer to a request for binary outputs comes back with its own.
-_BINARY_JSON_LENGTH = b"inference-header-content-length"
-_V2_BODY_HEADERS = (b"content-type", _BINARY_JSON_LENGTH)
 log = logging.getLogger("podserve.gateway")
 
 
@@ -96,35 +93,14 @@ class Gateway:
         self._housekeeping: asyncio.Task[None] | None = None
 
     # --- lifecycle -------------------------------------------------------------------
-    async def _housekeep(self) -> None:
-        store = self.accounting.store
-        lease_every_s = max(0.05, min(5.0, self.config.defaults.lease_s / 4))
-        last_lease = 0.0
-        failing = False
-        while True:
-            await asyncio.sleep(0.2)  # a period, not synchronisation
-            try:
-                if time.monotonic() - last_lease >= lease_every_s:
-                    await store.expire_leases(time.time())
-                    last_lease = time.monotonic()
-                await self.accounting.flush_offline()
-                drain = getattr(store, "drain_ledger", None)
-                if drain is not None:
-                    await drain()
-                if failing:
-                    log.info("gateway housekeeping recovered")
-                failing = False
-            except Exception:  # the store may be down: keep trying, fail requests closed
-                if not failing:  # once per outage, not every 0.2 s
-                    log.warning("gateway housekeeping failed", exc_info=True)
-                failing = True
-
     async def startup(self) -> None:
         setup = getattr(self.accounting.store, "setup", None)
         if setup is not None:
             await setup()
         await self.scraper.start()
-        self._housekeeping = asyncio.create_task(self._housekeep())
+        self._housekeeping = asyncio.create_task(
+            housekeep(self.accounting, self.config.defaults.lease_s)
+        )
 
     async def shutdown(self) -> None:
         if self._housekeeping is not None:
@@ -287,11 +263,7 @@ class Gateway:
         renamed = None
         passed: list[Header] = []
         if endpoint is Endpoint.V2:
-            passed = [
-                (name, value.encode("latin-1"))
-                for name in _V2_BODY_HEADERS
-                if (value := call.header(name)) is not None
-            ]
+            passed = call.headers_named(V2_BODY_HEADERS)
         else:
             force_usage = bill.stream and endpoint is not Endpoint.EMBEDDINGS
             body = await self.parser.run(
@@ -345,9 +317,9 @@ class Gateway:
         )
         upstream = attempt.target.upstream
         reply.headers += ((_UPSTREAM, upstream.encode()), (_REQUEST_ID, rid.encode()))
-        binary_json = response.headers.get(_BINARY_JSON_LENGTH.decode())
+        binary_json = response.headers.get(BINARY_JSON_LENGTH.decode())
         if endpoint is Endpoint.V2 and binary_json is not None:
-            reply.headers.append((_BINARY_JSON_LENGTH, binary_json.encode("latin-1")))
+            reply.headers.append((BINARY_JSON_LENGTH, binary_json.encode("latin-1")))
         status = response.status
 
         async def settle() -> None:

@@ -57,6 +57,11 @@ class Call:
         (`.../versions/1%252Fgenerate%3F/infer` ran the pod's unbilled `generate`)."""
         return self.params.get("path") or str(self.scope["path"])
 
+    def headers_named(self, names: tuple[bytes, ...]) -> list[tuple[bytes, bytes]]:
+        """The request's headers with these names, as sent (first value of each)."""
+        found = [(name, self.header(name)) for name in names]
+        return [(name, value.encode("latin-1")) for name, value in found if value is not None]
+
     def header(self, name: bytes) -> str | None:
         """A request header by lower-case name (ASGI lower-cases them), first value."""
         for key, value in self.scope["headers"]:

@@ -45,6 +45,14 @@ class Billable:
     token_ids: int  # prompt tokens the client sent as ids (embeddings)
 
 
+# OIP's binary tensor extension: a JSON header of this many bytes, then raw tensors
+# (https://github.com/kserve/open-inference-protocol, "Binary Tensor Data Extension").
+# The gateway forwards OIP bodies untouched, so the headers that say how to read one go
+# with it, and the pod's answer to a request for binary outputs comes back with its own.
+BINARY_JSON_LENGTH = b"inference-header-content-length"
+V2_BODY_HEADERS = (b"content-type", BINARY_JSON_LENGTH)
+
+
 def parse_body(raw: bytes) -> dict[str, Any]:
     try:
         body = orjson.loads(raw)
