@@ -8,7 +8,9 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -19,12 +21,23 @@ pytestmark = pytest.mark.slow
 # Generous socket timeouts: they only stop a broken build from hanging the suite; the
 # server's own timeouts (well under them) are what end each connection.
 SOCKET_TIMEOUT_S = 30
+IRIS = Path(__file__).resolve().parents[2] / "examples" / "models" / "iris"
+INFER_HEAD = b"POST /v2/models/iris/infer HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
 
 
 @pytest.fixture(scope="module")
 def quick() -> Iterator[ServerProcess]:
-    """Short header and keep-alive timeouts."""
-    args = ("--header-timeout-s", "0.5", "--keep-alive-timeout-s", "1")
+    """Short header, body and keep-alive timeouts; a model whose route reads a body."""
+    args = (
+        "--header-timeout-s",
+        "0.5",
+        "--body-timeout-s",
+        "0.5",
+        "--keep-alive-timeout-s",
+        "1",
+        "--model",
+        f"iris={IRIS}",
+    )
     with ServerProcess(*args) as server:
         yield server
 
@@ -130,6 +143,44 @@ def test_slow_but_complete_requests_on_one_connection_are_served(quick: ServerPr
         for _ in range(3):
             sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
             assert read_response(sock).startswith(b"HTTP/1.1 200")
+
+
+def test_a_trickled_body_is_closed_after_the_body_timeout(quick: ServerProcess) -> None:
+    """A byte every 0.1 s: each read leaves the body incomplete, and the deadline counts
+    from the first of them, not from the last byte (a trickle never goes quiet)."""
+    with connect(quick) as sock:
+        sock.sendall(INFER_HEAD + b"content-length: 1000\r\n\r\n{")
+        sock.settimeout(0.1)
+        raw = b""
+        for _ in range(int(SOCKET_TIMEOUT_S / 0.1)):
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                with contextlib.suppress(OSError):
+                    sock.sendall(b" ")
+                continue
+            if not chunk:
+                break
+            raw += chunk
+        status, headers, body = parse(raw)
+    assert status == 408
+    assert headers["connection"] == "close"
+    assert "body_timeout_s=0.5" in str(body["error"])
+
+
+def test_a_body_sent_whole_starts_no_clock(quick: ServerProcess) -> None:
+    """On one kept-alive connection: two requests whose bodies come with their headers,
+    the second after longer than the body timeout; both are answered (no stale timer)."""
+    body = json.dumps(
+        {"inputs": [{"name": "features", "shape": [1, 4], "datatype": "FP32", "data": [1] * 4}]}
+    ).encode()
+    request = INFER_HEAD + b"content-length: %d\r\n\r\n" % len(body) + body
+    with connect(quick) as sock:
+        sock.sendall(request)
+        assert read_response(sock).startswith(b"HTTP/1.1 200")
+        time.sleep(0.7)  # past body_timeout_s (0.5), within keep_alive_timeout_s (1)
+        sock.sendall(request)
+        assert read_response(sock).startswith(b"HTTP/1.1 200")
 
 
 def test_a_connection_past_the_cap_is_refused_503(capped: ServerProcess) -> None:

@@ -215,6 +215,13 @@ class ServerSettings(BaseSettings):
         description="Time a client has to send a request's complete headers, from the "
         "connection (or the request's first byte); then 408 and the connection closed.",
     )
+    body_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="Time a request's whole body has to arrive once part of it has come "
+        "without the rest (a body sent with its headers never starts the clock); then 408 "
+        "and the connection closed. 64 MiB in 60 s is 1.1 MB/s.",
+    )
     keep_alive_timeout_s: int = Field(
         75,
         gt=0,

@@ -16,6 +16,11 @@ subclass, at the parser's callbacks:
 - header timeout: a timer from the connection's start (or a request's first byte on a
   kept-alive connection) until the headers are complete; when it fires, a JSON 408 and
   close (RFC 9110 §15.5.9), the slow-loris defence nginx calls client_header_timeout;
+- body time: a body not complete within `body_timeout_s` of a read that left it
+  incomplete gets the same 408 and close (the app's `receive` then sees the disconnect).
+  Without it a client trickling its body a byte at a time held its connection for as long
+  as it liked (measured: still open after 40 s). A whole-body deadline, not nginx's
+  between-reads client_body_timeout, which a trickle never trips;
 - connections: a connection past `max_connections` gets a JSON 503 with Retry-After and
   is closed at once, before a byte of it is read: refusing costs next to nothing;
 - malformed HTTP (a bad chunk size, Content-Length with Transfer-Encoding, a control byte
@@ -53,6 +58,8 @@ class HttpLimits:
     max_header_bytes: int
     header_timeout_s: float
     max_connections: int
+    # None: no deadline here (the gateway keeps its own, in its app: gateway/asgi.py).
+    body_timeout_s: float | None = None
 
 
 ErrorBody = Callable[[int, str], bytes]
@@ -87,6 +94,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._in_headers = True
         self._refused = False
         self._header_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+        self._in_body = False  # headers complete, the message not yet
         # A response's head and body in one write (httpedge/coalesce.py).
         super().connection_made(cast(asyncio.Transport, CoalescingTransport(transport, self.loop)))
         if len(self.connections) > self.limits.max_connections:
@@ -101,6 +110,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_header_timer()
+        self._disarm_body_timer()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -114,6 +124,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         # rarely pipeline, and a refusal then is a 431, not a wrong answer.)
         if self._in_headers and not self._refused:
             self._count(len(data))
+        # A body that did not come whole with its headers starts the clock here, after
+        # the read: a request whose body arrives with them (nearly all) arms nothing.
+        if self._in_body and self._body_timer is None and not self._refused:
+            timeout_s = self.limits.body_timeout_s
+            if timeout_s is not None:
+                self._body_timer = self.loop.call_later(timeout_s, self._body_timeout)
 
     # --- parser callbacks ------------------------------------------------------------------
     def on_message_begin(self) -> None:
@@ -134,6 +150,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._disarm_header_timer()
         self._in_headers = False
+        self._in_body = True
         self._header_bytes = 0
         if not self._refused:
             super().on_headers_complete()
@@ -144,6 +161,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._in_headers = False
+        self._in_body = False
+        self._disarm_body_timer()
         if not self._refused:
             super().on_message_complete()
 
@@ -194,9 +213,29 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             f"{self.limits.header_timeout_s:g}",
         )
 
+    def _disarm_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_timeout(self) -> None:
+        self._body_timer = None
+        cycle = self.cycle
+        if cycle is not None and cycle.response_started:
+            # Answered already (an early 413, say) while the body still trickles in:
+            # a second status line cannot follow; just end the connection.
+            self._refused = True
+            self.transport.close()
+            return
+        self._refuse(
+            408,
+            f"request body not complete within body_timeout_s={self.limits.body_timeout_s:g}",
+        )
+
     def _refuse(self, status: int, message: str, *, retry_after: bool = False) -> None:
         self._refused = True
         self._disarm_header_timer()
+        self._disarm_body_timer()
         body = self.error_body(status, message)
         head: list[Any] = [
             b"HTTP/1.1 %d %s\r\n" % (status, _REASONS[status]),

@@ -83,6 +83,7 @@ async def serve(
                 max_header_bytes=settings.max_header_bytes,
                 header_timeout_s=settings.header_timeout_s,
                 max_connections=settings.max_connections,
+                body_timeout_s=settings.body_timeout_s,
             )
         ),
     )
