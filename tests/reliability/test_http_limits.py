@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.server import ServerProcess
+from tests.support.server import ServerProcess, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -39,6 +39,7 @@ def quick() -> Iterator[ServerProcess]:
         f"iris={IRIS}",
     )
     with ServerProcess(*args) as server:
+        wait_until(lambda: server.get("/ready").status_code == 200, 120, "iris loaded")
         yield server
 
 

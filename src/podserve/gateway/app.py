@@ -227,9 +227,7 @@ class Gateway:
         """The request body, counted among the bytes in flight as it arrives."""
         try:
             return await call.body(
-                self.config.max_body_bytes,
-                self.config.body_timeout_s,
-                lambda size: self.inflight.grow(ticket, size),
+                self.config.max_body_bytes, lambda size: self.inflight.grow(ticket, size)
             )
         except GatewayError as exc:
             # The rest of the body is unread: the connection cannot carry another request.

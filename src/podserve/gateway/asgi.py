@@ -12,7 +12,6 @@ https://asgi.readthedocs.io/en/latest/specs/www.html).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
@@ -21,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-from podserve.gateway.errors import BodyTimeout, BodyTooLarge
+from podserve.gateway.errors import BodyTooLarge
 from podserve.gateway.wire import ErrorType, error_body
 
 log = logging.getLogger("podserve.gateway")
@@ -69,23 +68,16 @@ class Call:
                 return bytes(value).decode("latin-1")
         return None
 
-    async def body(
-        self, limit: int, timeout_s: float, held: Callable[[int], None] | None = None
-    ) -> bytes:
-        """The whole body, refused past `limit` bytes before it is all held in memory,
-        and with 408 when it takes longer than `timeout_s`. `held(size)` is told the bytes
-        held so far as they arrive (a body without Content-Length counts among the bytes
-        in flight while it comes, not only once it is whole); it may refuse by raising."""
+    async def body(self, limit: int, held: Callable[[int], None] | None = None) -> bytes:
+        """The whole body, refused past `limit` bytes before it is all held in memory.
+        `held(size)` is told the bytes held so far as they arrive (a body without
+        Content-Length counts among the bytes in flight while it comes, not only once it
+        is whole); it may refuse by raising. How long it may take is the protocol's
+        (`bodyTimeoutS`, httpedge/limits.py): past it the connection is answered 408 and
+        closed, and `receive` here sees the disconnect."""
         declared = self.header(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise BodyTooLarge(f"request body over {limit} bytes")
-        try:
-            async with asyncio.timeout(timeout_s):
-                return await self._read(limit, held)
-        except TimeoutError:
-            raise BodyTimeout(f"request body not complete within {timeout_s:g} s") from None
-
-    async def _read(self, limit: int, held: Callable[[int], None] | None) -> bytes:
         chunks: list[bytes] = []
         size = 0
         while True:

@@ -9,23 +9,22 @@ from podserve.config.gateway_config import GatewayConfig
 from podserve.gateway.wire import ErrorType, error_body
 from podserve.httpedge.limits import HttpLimits, bounded_protocol
 
-_KINDS = {
-    408: (ErrorType.INVALID, "header_timeout"),
-    431: (ErrorType.INVALID, "headers_too_large"),
-    503: (ErrorType.UNAVAILABLE, "too_many_connections"),
-}
+# The protocol's refusals, in OpenAI's shape; its own code names each one.
+_UNAVAILABLE = {"too_many_connections"}
 
 
-def _refusal(status: int, message: str) -> bytes:
-    kind, code = _KINDS.get(status, (ErrorType.INVALID, "bad_request"))
+def _refusal(status: int, code: str, message: str) -> bytes:
+    kind = ErrorType.UNAVAILABLE if code in _UNAVAILABLE else ErrorType.INVALID
     return error_body(message, kind, code)
 
 
 def gateway_protocol(config: GatewayConfig) -> type[asyncio.Protocol]:
-    """uvicorn's httptools protocol bounded by the config (`uvicorn.Config(http=...)`)."""
+    """uvicorn's httptools protocol bounded by the config (`uvicorn.Config(http=...)`):
+    header and body deadlines, header size and connection caps."""
     limits = HttpLimits(
         max_header_bytes=config.max_header_bytes,
         header_timeout_s=config.header_timeout_s,
         max_connections=config.max_connections,
+        body_timeout_s=config.body_timeout_s,
     )
     return bounded_protocol(limits, _refusal)

@@ -29,16 +29,6 @@ class BodyTooLarge(GatewayError):
     reason = "too_large"
 
 
-class BodyTimeout(GatewayError):
-    """The body did not arrive within `bodyTimeoutS` of the headers: a client trickling
-    it would otherwise hold a request slot and its bytes in flight for as long as it
-    liked (the header timeout ends where the body begins)."""
-
-    status = 408
-    kind = ErrorType.INVALID
-    reason = "body_timeout"
-
-
 class Unauthorized(GatewayError):
     status = 401
     kind = ErrorType.AUTH

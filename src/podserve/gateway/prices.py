@@ -48,7 +48,8 @@ def price_table(config: GatewayConfig) -> PriceTable:
             served[(model, upstream.name)] = rate
     # Only what an upstream can bill: a `prices.<model>` that every upstream overrides is
     # not reserved for.
-    hold = {m: r for m, r in base.items() if not any(m == sm for sm, _ in served)}
+    routed = {model for model, _ in served}
+    hold = {m: r for m, r in base.items() if m not in routed}
     for (model, _), rate in served.items():
         found = hold.get(model)
         hold[model] = (

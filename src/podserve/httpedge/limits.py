@@ -58,14 +58,15 @@ class HttpLimits:
     max_header_bytes: int
     header_timeout_s: float
     max_connections: int
-    # None: no deadline here (the gateway keeps its own, in its app: gateway/asgi.py).
-    body_timeout_s: float | None = None
+    body_timeout_s: float | None = None  # None: a body may take as long as it likes
 
 
-ErrorBody = Callable[[int, str], bytes]
+# (status, code, message) -> the refusal's JSON body. The code names the refusal where a
+# status alone does not: a 408 is `header_timeout` or `body_timeout`.
+ErrorBody = Callable[[int, str, str], bytes]
 
 
-def pod_error_body(status: int, message: str) -> bytes:
+def pod_error_body(status: int, code: str, message: str) -> bytes:
     """The pod's error shape, as every other error it sends: {"error": message}."""
     return orjson.dumps({"error": message})
 
@@ -74,7 +75,8 @@ def bounded_protocol(
     limits: HttpLimits, error_body: ErrorBody = pod_error_body
 ) -> type[asyncio.Protocol]:
     """uvicorn's httptools protocol with `limits` (pass as `uvicorn.Config(http=...)`);
-    `error_body(status, message)` writes a refusal's JSON in the edge's own error shape."""
+    `error_body(status, code, message)` writes a refusal's JSON in the edge's own error
+    shape."""
     return type(
         "BoundedHttpToolsProtocol",
         (BoundedHttpToolsProtocol,),
@@ -86,8 +88,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     limits: ClassVar[HttpLimits]
 
     @staticmethod
-    def error_body(status: int, message: str) -> bytes:  # replaced by bounded_protocol's
-        return pod_error_body(status, message)
+    def error_body(status: int, code: str, message: str) -> bytes:  # bounded_protocol's
+        return pod_error_body(status, code, message)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._header_bytes = 0
@@ -101,6 +103,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if len(self.connections) > self.limits.max_connections:
             self._refuse(
                 503,
+                "too_many_connections",
                 f"too many open connections (max_connections={self.limits.max_connections}); "
                 "retry later or on another replica",
                 retry_after=True,
@@ -175,10 +178,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if cycle is not None and cycle.response_started and not cycle.response_complete:
             # A response is half written (its body was still coming in): a status line
             # now would be read as part of it. Cut it short, as a reset would.
-            self._refused = True
-            self.transport.close()
+            self._cut()
             return
-        self._refuse(400, f"malformed HTTP request: {_parser_problem(msg)}")
+        self._refuse(400, "bad_request", f"malformed HTTP request: {_parser_problem(msg)}")
 
     # --- bounds ------------------------------------------------------------------------------
     def _count(self, size: int) -> bool:
@@ -188,6 +190,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self._header_bytes > self.limits.max_header_bytes:
             self._refuse(
                 431,
+                "headers_too_large",
                 f"request line and headers exceed max_header_bytes={self.limits.max_header_bytes}",
             )
             return False
@@ -209,6 +212,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             return  # a request is being answered; its headers did arrive
         self._refuse(
             408,
+            "header_timeout",
             f"request headers not complete within header_timeout_s="
             f"{self.limits.header_timeout_s:g}",
         )
@@ -222,21 +226,26 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._body_timer = None
         cycle = self.cycle
         if cycle is not None and cycle.response_started:
-            # Answered already (an early 413, say) while the body still trickles in:
-            # a second status line cannot follow; just end the connection.
-            self._refused = True
-            self.transport.close()
+            # Answered already (an early 401 or 413, say) while the body still trickles
+            # in: a second status line cannot follow; just end the connection.
+            self._cut()
             return
         self._refuse(
             408,
+            "body_timeout",
             f"request body not complete within body_timeout_s={self.limits.body_timeout_s:g}",
         )
 
-    def _refuse(self, status: int, message: str, *, retry_after: bool = False) -> None:
+    def _cut(self) -> None:
+        """End the connection without a response (one is already under way)."""
+        self._refused = True
+        self.transport.close()
+
+    def _refuse(self, status: int, code: str, message: str, *, retry_after: bool = False) -> None:
         self._refused = True
         self._disarm_header_timer()
         self._disarm_body_timer()
-        body = self.error_body(status, message)
+        body = self.error_body(status, code, message)
         head: list[Any] = [
             b"HTTP/1.1 %d %s\r\n" % (status, _REASONS[status]),
             b"content-type: application/json\r\n",
