@@ -11,7 +11,9 @@ and PostgreSQL 15 started on free ports. Every comparison is a ratio within this
    (max_tokens 4), direct to the pod and through one gateway (SQLite store), `--seconds`
    each, in six alternating slices (the machine is shared and its load drifts):
    p50 latency added and req/s ratio; streaming TTFT added (c=8); the gateway's own
-   `x-podserve-gateway-overhead-ms` p50.
+   `x-podserve-gateway-overhead-ms` p50. Then the arms side by side (gateway_mixed.py):
+   all at once against the one pod (64 clients split between them), and one stream at
+   a time with the arms taking turns request by request.
 2. budget: 3 gateway replicas on Redis + PostgreSQL, one key with budget B, 64 concurrent
    streaming clients with random max_tokens (8-64), 20% cancelled mid-stream: spend <= B,
    the ledger equal to the sum of usage x price, false rejections.
@@ -59,6 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # The repository root, for tests.support (the PostgreSQL starter the gateway tests use).
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
+import gateway_mixed
 import harness
 import pinning
 import ref_proxy
@@ -606,6 +609,8 @@ def _overhead_runs(
             asyncio.run(closed_loop(url, path, body, 64, 1, headers))
         with pinning.pinned(layout):
             sides = interleaved(targets, path, body, 64, seconds, pids)
+            # the same arms at once, sharing the pod's queue (gateway_mixed.py)
+            together = gateway_mixed.mixed_closed_loop(targets, path, body, 64, seconds)
         direct, via = sides["direct"], sides["gateway"]
         result[name] = {
             "direct": direct,
@@ -613,6 +618,7 @@ def _overhead_runs(
             "p50_added_ms": round(via["p50_ms"] - direct["p50_ms"], 2),
             "rps_ratio": round(via["rps"] / direct["rps"], 3),
             "capacity": capacity(direct, via),
+            "side_by_side": together,
         }
         if "haproxy" in sides:
             hp = sides["haproxy"]
@@ -641,6 +647,7 @@ def _overhead_runs(
         with pinning.pinned(beside):
             result["stream_ttft_client_cpu1"] = stream_ttft(targets, pids)
             result["stream_ttft_c1_client_cpu1"] = stream_ttft(targets, pids, clients=1, rounds=40)
+            result["stream_ttft_rotating_client_cpu1"] = gateway_mixed.rotating_ttft(targets)
     return result
 
 
