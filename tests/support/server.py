@@ -179,3 +179,13 @@ def infer_body(values: list[float], **extra: Any) -> dict[str, Any]:
         "inputs": [{"name": "x", "shape": [rows, 3], "datatype": "FP32", "data": values}],
         **extra,
     }
+
+
+def post_then_live(server: ServerProcess, route: str, body: dict[str, Any]) -> httpx.Response:
+    """POST `body` as JSON, then check the server still answers `/healthz`."""
+    with server.client() as client:
+        response = client.post(
+            route, content=json.dumps(body).encode(), headers={"content-type": "application/json"}
+        )
+    assert server.get("/healthz").status_code == 200
+    return response

@@ -4,22 +4,23 @@ The client chooses the body's shape, and its cost is in the shape more than the 
 4 MiB `prompt` of a million one-id lists kept `/healthz` waiting 0.8 s on the gateway's
 loop (orjson building a million lists, then `billable` checking each), 3 s at the 16 MiB
 `maxBodyBytes`. Bodies past `INLINE_BYTES` are parsed, checked and re-encoded on one
-thread: parsing is C code that holds the GIL, but the check and the walk are Python, which
-gives the loop its turn every switch interval (5 ms), and one thread means one such body
-at a time (the Python objects of a pathological 16 MiB body take ~500 MB).
-A small body is parsed on the loop: a hop to a thread and back costs more than that.
+thread, with the cyclic collector off meanwhile (the pod's decoding thread, shared:
+httpedge/decoding.py): parsing is C code that holds the GIL, but the check and the walk
+are Python, which gives the loop its turn every switch interval (5 ms), and one thread
+means one such body at a time (the Python objects of a pathological 16 MiB body take
+~500 MB). A small body is parsed on the loop: a hop to a thread and back costs more than
+that.
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from podserve.gateway.wire import Billable, Endpoint, billable, parse_body
+from podserve.httpedge.decoding import INLINE_BYTES, BodyDecoding
 
-INLINE_BYTES = 64 * 1024
+__all__ = ["INLINE_BYTES", "BodyParser"]
 
 T = TypeVar("T")
 
@@ -31,7 +32,7 @@ def _parse(raw: bytes, endpoint: Endpoint) -> tuple[dict[str, Any], Billable]:
 
 class BodyParser:
     def __init__(self) -> None:
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._decoding = BodyDecoding("podserve-gw-parse")
 
     async def parse(self, raw: bytes, endpoint: Endpoint) -> tuple[dict[str, Any], Billable]:
         """The body, and what it bills; BadRequest names what is wrong with it."""
@@ -40,14 +41,7 @@ class BodyParser:
     async def run(self, size: int, work: Callable[..., T], *args: Any) -> T:
         """`work(*args)` on the loop for a body of `size` bytes up to INLINE_BYTES, else
         on the parsing thread."""
-        if size <= INLINE_BYTES:
-            return work(*args)
-        if self._pool is None:
-            self._pool = concurrent.futures.ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix="podserve-gw-parse"
-            )
-        return await asyncio.get_running_loop().run_in_executor(self._pool, work, *args)
+        return await self._decoding.run(size, work, *args)
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        self._decoding.close()

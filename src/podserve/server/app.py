@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from podserve.core.errors import ModelNotFound, PodserveError
 from podserve.core.ids import accept_request_id
 from podserve.dataplane import DataPlane
+from podserve.httpedge.decoding import BodyDecoding
 from podserve.server.cut import InflightRequests, cut_event, cut_response, log_cut
 from podserve.server.errors import error_response, openai_error_response
 from podserve.server.http import (
@@ -60,9 +61,11 @@ class App:
         self._max_body_bytes = edge.max_body_bytes
         # inference handlers running now: the runner cuts them when the drain times out
         self.inflight = InflightRequests()
+        # big request bodies, decoded one at a time off the event loop
+        self._decoding = BodyDecoding("podserve-body-decode")
         health = HealthRoutes(dataplane)
-        self._v2 = V2Routes(dataplane)
-        self._generate = GenerateRoutes(dataplane)
+        self._v2 = V2Routes(dataplane, self._decoding)
+        self._generate = GenerateRoutes(dataplane, self._decoding)
         probe = {
             "/startup": health.startup,
             "/healthz": health.live,
@@ -100,7 +103,7 @@ class App:
         for prefix, actions in self._shm_regions.items():
             self._static[prefix + "status"] = actions["status"]
             self._static[prefix + "unregister"] = actions["unregister"]
-        openai = OpenAIRoutes(dataplane)
+        openai = OpenAIRoutes(dataplane, self._decoding)
         self._static["/v1/models"] = {"GET": Route(openai.models, openai=True)}
         self._static["/v1/completions"] = {
             "POST": Route(
@@ -117,6 +120,10 @@ class App:
                 openai.embeddings, inference=True, endpoint="openai.embeddings", openai=True
             )
         }
+
+    def close(self) -> None:
+        """Stop the body-decoding thread (a decode in progress finishes on its own)."""
+        self._decoding.close()
 
     # --- routing -----------------------------------------------------------------------
     def _route(self, method: str, path: str) -> tuple[Route, dict[str, str], str] | Response:

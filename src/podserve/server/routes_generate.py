@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from podserve.core.errors import PodserveError
 from podserve.dataplane import CallContext, DataPlane, GenerateRequest, Generation
 from podserve.generation.sampling import SamplingParams
+from podserve.httpedge.decoding import BodyDecoding
 from podserve.protocol.v2.generate import (
     decode_generate_request,
     generate_body,
@@ -21,8 +22,9 @@ from podserve.server.http import Request, Response, StreamingResponse
 
 
 class GenerateRoutes:
-    def __init__(self, dataplane: DataPlane) -> None:
+    def __init__(self, dataplane: DataPlane, decoding: BodyDecoding) -> None:
         self._dataplane = dataplane
+        self._decoding = decoding
         self._max_body_bytes = dataplane.edge.max_body_bytes
 
     async def generate(self, request: Request) -> Response:
@@ -44,7 +46,9 @@ class GenerateRoutes:
         version = request.path_params.get("version")
         # An unknown model is a 404 before its body costs any decoding.
         self._dataplane.check_model(request.model, version)
-        parsed = decode_generate_request(await request.body(self._max_body_bytes))
+        body = await request.body(self._max_body_bytes)
+        # a big body off the event loop (httpedge/decoding.py)
+        parsed = await self._decoding.run(len(body), decode_generate_request, body)
         params = SamplingParams.from_fields(
             parsed.parameters, max_tokens=parsed.parameters.max_tokens
         )

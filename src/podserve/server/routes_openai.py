@@ -1,5 +1,6 @@
 """OpenAI-compatible routes. Requests become data-plane requests, so admission, batching,
-drain and metrics apply unchanged; errors use OpenAI's error object."""
+drain and metrics apply unchanged; errors use OpenAI's error object. A big body is decoded
+off the event loop (httpedge/decoding.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from podserve.core.errors import InvalidInput, PodserveError
 from podserve.dataplane import CallContext, DataPlane, GenerateRequest, Generation
 from podserve.generation.sampling import SamplingParams
 from podserve.generation.stream import TokenEvent
+from podserve.httpedge.decoding import BodyDecoding
 from podserve.protocol.openai import completions as oai
 from podserve.protocol.openai import (
     decode_embedding_request,
@@ -26,8 +28,9 @@ from podserve.server.http import Request, Response, StreamingResponse
 
 
 class OpenAIRoutes:
-    def __init__(self, dataplane: DataPlane) -> None:
+    def __init__(self, dataplane: DataPlane, decoding: BodyDecoding) -> None:
         self._dataplane = dataplane
+        self._decoding = decoding
         self._max_body_bytes = dataplane.edge.max_body_bytes
         self._started_s = int(time.time())
 
@@ -37,7 +40,7 @@ class OpenAIRoutes:
 
     async def embeddings(self, request: Request) -> Response:
         body = await request.body(self._max_body_bytes)
-        parsed, infer_request = decode_embedding_request(body)
+        parsed, infer_request = await self._decoding.run(len(body), decode_embedding_request, body)
         request.model = parsed.model
         response = await self._dataplane.infer(
             infer_request,
@@ -56,7 +59,9 @@ class OpenAIRoutes:
     # --- generation ------------------------------------------------------------------------
     async def completions(self, request: Request) -> Response | StreamingResponse:
         body = await request.body(self._max_body_bytes)
-        parsed = oai.decode_request(body, oai.CompletionRequest)
+        parsed = await self._decoding.run(
+            len(body), oai.decode_request, body, oai.CompletionRequest
+        )
         request.model = parsed.model
         params = _params(parsed, parsed.max_tokens)
         generation = await self._dataplane.generate(
@@ -71,12 +76,12 @@ class OpenAIRoutes:
 
     async def chat_completions(self, request: Request) -> Response | StreamingResponse:
         body = await request.body(self._max_body_bytes)
-        parsed = oai.decode_request(body, oai.ChatRequest)
+        parsed, messages = await self._decoding.run(len(body), _decode_chat, body)
         request.model = parsed.model
         params = _params(parsed, parsed.token_limit)
         generation = await self._dataplane.generate(
             GenerateRequest(
-                model=parsed.model, messages=parsed.chat(), sequences=_choices(params, parsed.n)
+                model=parsed.model, messages=messages, sequences=_choices(params, parsed.n)
             ),
             CallContext(endpoint="openai.chat", request_id=request.request_id),
         )
@@ -167,6 +172,13 @@ class OpenAIRoutes:
             use = oai.usage(generation.prompt_tokens, generated)
             yield oai.usage_chunk(rid, model, created, obj, use)
         yield oai.SSE_DONE
+
+
+def _decode_chat(body: bytes) -> tuple[oai.ChatRequest, list[dict[str, str]]]:
+    """The request, and its messages as the chat template takes them: both cost in
+    proportion to the body, so both run where the body is decoded."""
+    parsed = oai.decode_request(body, oai.ChatRequest)
+    return parsed, parsed.chat()
 
 
 def _choices(params: SamplingParams, n: int) -> tuple[SamplingParams, ...]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from podserve.dataplane import CallContext, DataPlane
 from podserve.dataplane.model_control import bearer_token
+from podserve.httpedge.decoding import BodyDecoding
 from podserve.protocol.v2 import (
     INFERENCE_HEADER_CONTENT_LENGTH,
     binary_output_names,
@@ -25,8 +26,9 @@ _HEADER_LENGTH = INFERENCE_HEADER_CONTENT_LENGTH.lower()
 
 
 class V2Routes:
-    def __init__(self, dataplane: DataPlane) -> None:
+    def __init__(self, dataplane: DataPlane, decoding: BodyDecoding) -> None:
         self._dataplane = dataplane
+        self._decoding = decoding
         self._max_body_bytes = dataplane.edge.max_body_bytes
 
     async def server_metadata(self, request: Request) -> Response:
@@ -57,7 +59,11 @@ class V2Routes:
         self._dataplane.check_model(request.model, request.path_params.get("version"))
         body = await request.body(self._max_body_bytes)
         header_length = parse_header_length(request.header(_HEADER_LENGTH))
-        infer_request = decode_infer_request(
+        # A big JSON part is decoded off the event loop (httpedge/decoding.py); binary
+        # tensor data after it is only sliced, whatever its size.
+        infer_request = await self._decoding.run(
+            len(body) if header_length is None else header_length,
+            decode_infer_request,
             body,
             model_name=request.model,
             model_version=request.path_params.get("version"),

@@ -58,15 +58,10 @@ class Listening:
     grpc_port: int | None
 
 
-async def serve(
-    settings: ServerSettings, on_listening: Callable[[Listening], None] | None = None
-) -> int:
-    loop = asyncio.get_running_loop()
-    # Bind before anything starts: a port in use ends the process with nothing to undo.
-    sock = _bind_http(settings.host, settings.port)
-    dataplane = build_dataplane(settings, loop)
-    app = App(dataplane)
-    config = uvicorn.Config(
+def http_config(settings: ServerSettings, app: App) -> uvicorn.Config:
+    """uvicorn's settings for the pod's HTTP edge (tests serve an in-process app with
+    them, on a socket of their own)."""
+    return uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
@@ -87,6 +82,17 @@ async def serve(
             )
         ),
     )
+
+
+async def serve(
+    settings: ServerSettings, on_listening: Callable[[Listening], None] | None = None
+) -> int:
+    loop = asyncio.get_running_loop()
+    # Bind before anything starts: a port in use ends the process with nothing to undo.
+    sock = _bind_http(settings.host, settings.port)
+    dataplane = build_dataplane(settings, loop)
+    app = App(dataplane)
+    config = http_config(settings, app)
     server = HttpServer(config)
     grpc_server = None
     grpc_port: int | None = None
@@ -178,6 +184,7 @@ async def serve(
             await stop_grpc_server(grpc_server, grace_s=grace_s)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+        app.close()
         await dataplane.close()
     # The last line before the process leaves (server/exit.py); what follows it is the
     # log flush, os._exit and the kernel releasing the memory (benchmarks/exit_tail.py).
