@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -29,6 +30,7 @@ from podserve.gateway.store.base import Dimension
 from podserve.gateway.stores import open_store
 from podserve.gateway.tokens import ByteBound, TokenizerCount
 from podserve.gateway.usage import FULL_PARSE_MAX_BYTES
+from podserve.protocol.json_body import MAX_JSON_VALUES
 from tests.gateway.conftest import Pods, base_config
 from tests.gateway.support import create_key
 from tests.support.gate import Gate, until
@@ -143,9 +145,11 @@ async def test_a_big_body_is_parsed_and_checked_off_the_loop(
 
     parse_gate = Gate()
     real = body_parse._parse
+    collecting: list[bool] = []
 
     def gated(raw: bytes, endpoint: Any) -> Any:
         parse_gate.pass_through()
+        collecting.append(gc.isenabled())
         return real(raw, endpoint)
 
     monkeypatch.setattr(body_parse, "_parse", gated)
@@ -159,6 +163,35 @@ async def test_a_big_body_is_parsed_and_checked_off_the_loop(
     assert response.status_code == 200, response.text
     assert parse_gate.opened_in_time == [True]
     assert parse_gate.threads == ["podserve-gw-parse_0"]
+    # the collector was off while the thread parsed (httpedge/decoding.py), and is on again
+    assert collecting == [False]
+    assert gc.isenabled()
+
+
+async def test_a_body_of_millions_of_tiny_values_is_refused_unparsed(
+    gw: InProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four million one-id lists in 16 MiB: refused on the count of their commas and
+    brackets (the pod's bound, protocol/json_body.py) before orjson builds any of them,
+    and never forwarded."""
+    import orjson
+
+    parsed: list[bytes] = []
+    real = orjson.loads
+
+    def watched(raw: bytes) -> Any:
+        parsed.append(raw)
+        return real(raw)
+
+    monkeypatch.setattr("podserve.gateway.wire.orjson.loads", watched)
+    ids = b"[" + b"[1]," * (MAX_JSON_VALUES // 2) + b"[1]]"
+    body = b'{"model": "tiny-lm", "max_tokens": 1, "prompt": ' + ids + b"}"
+    response = await gw.client.post(
+        "/v1/completions", content=body, headers={**gw.headers, "content-type": "application/json"}
+    )
+    assert response.status_code == 400, response.text[:300]
+    assert f"at most {MAX_JSON_VALUES}" in response.json()["error"]["message"]
+    assert parsed == []
 
 
 async def test_a_prompt_longer_than_the_backlog_is_bounded_by_its_bytes(

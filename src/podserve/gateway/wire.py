@@ -15,6 +15,7 @@ import orjson
 
 from podserve.config.gateway_config import MAX_OUTPUT_TOKENS
 from podserve.core.ids import accept_request_id
+from podserve.protocol.json_body import too_many_values
 
 
 class Endpoint(StrEnum):
@@ -54,6 +55,9 @@ V2_BODY_HEADERS = (b"content-type", BINARY_JSON_LENGTH)
 
 
 def parse_body(raw: bytes) -> dict[str, Any]:
+    refused = too_many_values(raw)  # the pod's bound: such a body is not worth parsing
+    if refused is not None:
+        raise BadRequest(refused)
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

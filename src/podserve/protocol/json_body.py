@@ -55,14 +55,24 @@ def over_limit(what: str, actual: int, limit: int) -> PydanticCustomError:
 MAX_JSON_VALUES = 2_000_000
 
 
+def too_many_values(body: bytes) -> str | None:
+    """Why `body` is refused before it is parsed (more than MAX_JSON_VALUES values, the
+    module's doc), or None. The gateway applies the same bound to the bodies it bills."""
+    if len(body) <= MAX_JSON_VALUES:  # a shorter body cannot hold more values
+        return None
+    values = body.count(b",") + body.count(b"[") + body.count(b"{")
+    if values <= MAX_JSON_VALUES:
+        return None
+    return (
+        f"request body holds up to {values} JSON values (its ',' '[' and '{{' characters); "
+        f"at most {MAX_JSON_VALUES}"
+    )
+
+
 def parse_body(body: bytes, schema: type[Schema]) -> Schema:
-    if len(body) > MAX_JSON_VALUES:  # a shorter body cannot hold more values
-        values = body.count(b",") + body.count(b"[") + body.count(b"{")
-        if values > MAX_JSON_VALUES:
-            raise InvalidInput(
-                f"request body holds up to {values} JSON values (its ',' '[' and '{{' "
-                f"characters); at most {MAX_JSON_VALUES}"
-            )
+    refused = too_many_values(body)
+    if refused is not None:
+        raise InvalidInput(refused)
     try:
         return schema.model_validate(orjson.loads(body))
     except orjson.JSONDecodeError as exc:
