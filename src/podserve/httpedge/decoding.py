@@ -18,8 +18,9 @@ a parse makes counts towards the collector's next pass, and a full pass walks ev
 tracked object in the process (a pod's models and libraries included): 16.8 MB of empty
 JSON lists took 3.4-4.2 s to decode in a pod with it on (orjson alone, in a bare process:
 1.06 s on, 0.26 s off). A decode makes no cycles; what it frees, reference counting frees.
-One decoding thread per process, and nothing else in podserve turns the collector off or
-on, so it is always this thread that turns it back on.
+The collector is one switch for the whole process and both edges of a pod decode (REST
+and gRPC), so it is held by count: off when the first decode starts, back on (if it was
+on) when the last one ends; nothing else in podserve turns it off or on.
 
 A small body is decoded inline: a hop to the thread and back cost about 30 us (busy 2-core
 host), six times the decode of a short chat (5 us; a generate request 2 us), and most
@@ -34,6 +35,7 @@ import asyncio
 import concurrent.futures
 import functools
 import gc
+import threading
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
@@ -70,12 +72,31 @@ class BodyDecoding:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
 
+class _CollectorHold:
+    """The cyclic collector off while any decode holds it (the module's doc)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders = 0
+        self._was_on = False
+
+    def run(self, work: Callable[[], T]) -> T:
+        with self._lock:
+            if self._holders == 0:
+                self._was_on = gc.isenabled()
+                gc.disable()
+            self._holders += 1
+        try:
+            return work()
+        finally:
+            with self._lock:
+                self._holders -= 1
+                if self._holders == 0 and self._was_on:
+                    gc.enable()
+
+
+_COLLECTOR = _CollectorHold()
+
+
 def _without_gc(work: Callable[[], T]) -> T:
-    """`work()` with the cyclic collector off (the module's doc says why)."""
-    was_on = gc.isenabled()
-    gc.disable()
-    try:
-        return work()
-    finally:
-        if was_on:
-            gc.enable()
+    return _COLLECTOR.run(work)

@@ -62,10 +62,10 @@ class App:
         # inference handlers running now: the runner cuts them when the drain times out
         self.inflight = InflightRequests()
         # big request bodies, decoded one at a time off the event loop
-        self._decoding = BodyDecoding("podserve-body-decode")
+        self.decoding = BodyDecoding("podserve-body-decode")
         health = HealthRoutes(dataplane)
-        self._v2 = V2Routes(dataplane, self._decoding)
-        self._generate = GenerateRoutes(dataplane, self._decoding)
+        self._v2 = V2Routes(dataplane, self.decoding)
+        self._generate = GenerateRoutes(dataplane, self.decoding)
         probe = {
             "/startup": health.startup,
             "/healthz": health.live,
@@ -103,7 +103,7 @@ class App:
         for prefix, actions in self._shm_regions.items():
             self._static[prefix + "status"] = actions["status"]
             self._static[prefix + "unregister"] = actions["unregister"]
-        openai = OpenAIRoutes(dataplane, self._decoding)
+        openai = OpenAIRoutes(dataplane, self.decoding)
         self._static["/v1/models"] = {"GET": Route(openai.models, openai=True)}
         self._static["/v1/completions"] = {
             "POST": Route(
@@ -123,7 +123,7 @@ class App:
 
     def close(self) -> None:
         """Stop the body-decoding thread (a decode in progress finishes on its own)."""
-        self._decoding.close()
+        self.decoding.close()
 
     # --- routing -----------------------------------------------------------------------
     def _route(self, method: str, path: str) -> tuple[Route, dict[str, str], str] | Response:

@@ -106,6 +106,7 @@ async def serve(
                 settings.grpc_port,
                 max_message_bytes=settings.max_body_bytes,
                 inflight=app.inflight,  # one registry: a drain timeout cuts both edges' calls
+                decoding=app.decoding,  # one decoding thread for both edges
             )
         except OSError as exc:
             sock.close()

@@ -31,6 +31,7 @@ from typing import NoReturn, cast
 
 from podserve.core.errors import Draining
 from podserve.dataplane import DataPlaneAPI
+from podserve.httpedge.decoding import BodyDecoding
 from podserve.server.cut import CUT_MESSAGE, InflightRequests, log_cut
 from podserve.server.grpc._generated import inference_pb2 as pb
 from podserve.server.grpc.context import Context, metadata_value
@@ -45,8 +46,10 @@ class CuttableServicer(InferenceServicer):
     """`InferenceServicer` whose inference calls the drain timeout can cut, and whose
     open streams end when the server stops."""
 
-    def __init__(self, dataplane: DataPlaneAPI, inflight: InflightRequests) -> None:
-        super().__init__(dataplane)
+    def __init__(
+        self, dataplane: DataPlaneAPI, decoding: BodyDecoding, inflight: InflightRequests
+    ) -> None:
+        super().__init__(dataplane, decoding)
         self._inflight = inflight
         self._streams: set[_Call] = set()
 

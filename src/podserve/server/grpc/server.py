@@ -7,6 +7,7 @@ import weakref
 import grpc
 
 from podserve.dataplane.api import DataPlaneAPI
+from podserve.httpedge.decoding import BodyDecoding
 from podserve.server.cut import InflightRequests
 from podserve.server.grpc._generated.inference_pb2_grpc import (
     add_GRPCInferenceServiceServicer_to_server,
@@ -16,6 +17,10 @@ from podserve.server.grpc.service import InferenceServicer
 
 # The servicer of each server that can end its open streams when it stops.
 _CUTTABLE: weakref.WeakKeyDictionary[grpc.aio.Server, CuttableServicer] = (
+    weakref.WeakKeyDictionary()
+)
+# The decoding thread of a server not given the process's (tests), closed when it stops.
+_OWN_DECODING: weakref.WeakKeyDictionary[grpc.aio.Server, BodyDecoding] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -34,6 +39,7 @@ async def start_grpc_server(
     *,
     max_message_bytes: int,
     inflight: InflightRequests | None = None,
+    decoding: BodyDecoding | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """Serve the data plane over gRPC on host:port and return the server and its bound
     port (port 0 picks a free one). Raises OSError when the address cannot be bound.
@@ -44,7 +50,8 @@ async def start_grpc_server(
 
     With `inflight` (the server process's, shared with the REST edge), the inference
     calls register there, and a drain timeout's `inflight.cut()` ends each UNAVAILABLE
-    (server/grpc/cut.py).
+    (server/grpc/cut.py). `decoding`: where a big request's tensors are decoded (the
+    process's, shared with the REST edge; a thread of the server's own when not given).
     """
     if max_message_bytes <= 0:
         raise ValueError(f"max_message_bytes must be positive, got {max_message_bytes}")
@@ -55,8 +62,12 @@ async def start_grpc_server(
             ("grpc.so_reuseport", 0),
         ]
     )
+    if decoding is None:
+        decoding = _OWN_DECODING[server] = BodyDecoding("podserve-grpc-decode")
     servicer = (
-        InferenceServicer(dataplane) if inflight is None else CuttableServicer(dataplane, inflight)
+        InferenceServicer(dataplane, decoding)
+        if inflight is None
+        else CuttableServicer(dataplane, decoding, inflight)
     )
     add_GRPCInferenceServiceServicer_to_server(servicer, server)
     if isinstance(servicer, CuttableServicer):
@@ -82,6 +93,9 @@ async def stop_grpc_server(server: grpc.aio.Server, grace_s: float) -> None:
     Open ModelStreamInfer streams end as soon as they have answered what they were sent
     (server/grpc/cut.py), so an idle one does not hold the stop for the whole grace."""
     servicer = _CUTTABLE.pop(server, None)
+    own = _OWN_DECODING.pop(server, None)
+    if own is not None:
+        own.close()
     if servicer is not None and grace_s > 0:
         servicer.close_streams()
     await server.stop(grace_s)

@@ -25,6 +25,7 @@ from podserve.admission.reservations import Reservation
 from podserve.core.errors import InvalidInput, ModelNotFound
 from podserve.core.ids import accept_request_id
 from podserve.dataplane import DataPlaneAPI
+from podserve.httpedge.decoding import BodyDecoding
 from podserve.server.grpc import triton
 from podserve.server.grpc._generated import inference_pb2 as pb
 from podserve.server.grpc.codec import decode_infer_request, encode_infer_response
@@ -44,8 +45,10 @@ _UNLOAD_PARAMETERS = frozenset({"unload_dependents"})
 class InferenceServicer(SharedMemoryRpcs, StreamInferRpc):
     """The RPC handlers; `add_GRPCInferenceServiceServicer_to_server` registers them."""
 
-    def __init__(self, dataplane: DataPlaneAPI) -> None:
+    def __init__(self, dataplane: DataPlaneAPI, decoding: BodyDecoding) -> None:
         self._dataplane = dataplane
+        # a big message's tensors are decoded off the event loop, as REST bodies are
+        self._decoding = decoding
         self._streamed: set[asyncio.Task[None]] = set()  # see StreamInferRpc
 
     # ------------------------------------------------------------------ health
@@ -124,8 +127,14 @@ class InferenceServicer(SharedMemoryRpcs, StreamInferRpc):
             # request let by holds a queue slot until `infer` queues it, as on REST
             # (admission/reservations.py): no refusal after a decode.
             reservation = dataplane.admit_early(request.model_name, request.model_version or None)
-            infer_request = decode_infer_request(
-                request, request_id=request_id, shared_memory=dataplane.shared_memory
+            # Typed contents become arrays element by element: 64 MiB of them held the
+            # loop 0.6 s (FP32) to 2 s (BYTES). ByteSize is upb's, C, about 0.3 us.
+            infer_request = await self._decoding.run(
+                request.ByteSize(),
+                decode_infer_request,
+                request,
+                request_id=request_id,
+                shared_memory=dataplane.shared_memory,
             )
             response = await dataplane.infer(
                 infer_request, call_context(context, INFER_ENDPOINT, request_id, reservation)

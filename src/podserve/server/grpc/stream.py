@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from podserve.core.errors import PodserveError
 from podserve.core.ids import accept_request_id
 from podserve.dataplane import DataPlaneAPI
+from podserve.httpedge.decoding import BodyDecoding
 from podserve.protocol.v2.vllm_tensors import asks_for_generation
 from podserve.server.grpc._generated import inference_pb2 as pb
 from podserve.server.grpc.codec import decode_infer_request, encode_infer_response
@@ -27,6 +28,7 @@ STREAM_INFER_ENDPOINT = "grpc.ModelStreamInfer"
 
 class StreamInferRpc:
     _dataplane: DataPlaneAPI
+    _decoding: BodyDecoding
     # The requests of every open ModelStreamInfer stream, held here until they unwind so
     # that the event loop (which keeps only weak references to tasks) cannot drop them.
     _streamed: set[asyncio.Task[None]]
@@ -64,8 +66,12 @@ class StreamInferRpc:
             request_id = accept_request_id(request.id or stream_request_id)
             failure: Exception | None = None
             try:
-                infer_request = decode_infer_request(
-                    request, request_id=request_id, shared_memory=self._dataplane.shared_memory
+                infer_request = await self._decoding.run(
+                    request.ByteSize(),
+                    decode_infer_request,
+                    request,
+                    request_id=request_id,
+                    shared_memory=self._dataplane.shared_memory,
                 )
                 call = call_context(context, STREAM_INFER_ENDPOINT, request_id)
                 if asks_for_generation(infer_request) and self._dataplane.is_generative(
