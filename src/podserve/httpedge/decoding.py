@@ -1,17 +1,19 @@
 """A request body's decode: on the event loop when the body is small, on one thread of its
-own when it is big. The pod's JSON routes use it (`server/routes_openai.py`,
-`server/routes_generate.py`); the gateway's `body_parse` does the same for its bodies.
+own when it is big. The pod's REST routes that decode a body use it
+(`server/routes_openai.py`, `routes_generate.py`, `routes_v2.py`), and so do its gRPC
+inference RPCs (`server/grpc/service.py`, `stream.py`) and the gateway's parser
+(`gateway/body_parse.py`).
 
 A decode is mostly C that holds the GIL while it runs (orjson's parse, pydantic-core's
 validation): on a thread it still stops the loop for as long as each such call lasts. So
 what a client sizes is bounded first, in the schemas (a list's length before its items,
 protocol/json_body.py), and the thread takes off the loop the rest: the Python between
 and after those calls (validators, a chat's messages as dicts), during which the loop
-gets its turn every switch interval (5 ms). The parse itself is bounded only by
-`--max-body-bytes`: 3 MB of chat messages parse in 50 ms, but 64 MiB of empty JSON lists
-took seconds (see docs/operations.md). One thread, so one big body is decoded at a time
-(the Python objects of a pathological body are many times its bytes); the others wait
-their turn without holding the loop.
+gets its turn every switch interval (5 ms). The parse itself is bounded by the count of
+the body's values on the JSON routes (`protocol/json_body.py`), and by `--max-body-bytes`
+alone on OIP infer, whose tensors may hold millions (see docs/operations.md). One
+thread, so one big body is decoded at a time (the Python objects of a pathological body
+are many times its bytes); the others wait their turn without holding the loop.
 
 On the thread the cyclic garbage collector is off while a body decodes. Every container
 a parse makes counts towards the collector's next pass, and a full pass walks every
