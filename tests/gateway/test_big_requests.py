@@ -30,6 +30,7 @@ from podserve.gateway.store.base import Dimension
 from podserve.gateway.stores import open_store
 from podserve.gateway.tokens import ByteBound, TokenizerCount
 from podserve.gateway.usage import FULL_PARSE_MAX_BYTES
+from podserve.httpedge.decoding import INLINE_BYTES
 from podserve.protocol.json_body import MAX_JSON_VALUES
 from tests.gateway.conftest import Pods, base_config
 from tests.gateway.support import create_key
@@ -140,7 +141,7 @@ async def test_a_big_body_is_parsed_and_checked_off_the_loop(
     gw: InProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A million one-id lists in 4 MiB kept /healthz waiting 0.8 s while the loop parsed and
-    walked them; past body_parse.INLINE_BYTES that work is the parsing thread's."""
+    walked them; past INLINE_BYTES that work is the parsing thread's."""
     from podserve.gateway import body_parse
 
     parse_gate = Gate()
@@ -153,7 +154,7 @@ async def test_a_big_body_is_parsed_and_checked_off_the_loop(
         return real(raw, endpoint)
 
     monkeypatch.setattr(body_parse, "_parse", gated)
-    body = {**completion("def add(a, b):"), "user": "u" * body_parse.INLINE_BYTES}
+    body = {**completion("def add(a, b):"), "user": "u" * INLINE_BYTES}
     request = asyncio.create_task(gw.client.post("/v1/completions", json=body, headers=gw.headers))
     await until(parse_gate.entered)
     assert (await gw.client.get("/healthz")).status_code == 200

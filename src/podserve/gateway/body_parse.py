@@ -3,7 +3,7 @@
 The client chooses the body's shape, and its cost is in the shape more than the size: a
 4 MiB `prompt` of a million one-id lists kept `/healthz` waiting 0.8 s on the gateway's
 loop (orjson building a million lists, then `billable` checking each), 3 s at the 16 MiB
-`maxBodyBytes`. Bodies past `INLINE_BYTES` are parsed, checked and re-encoded on one
+`maxBodyBytes`. Bodies past 64 KiB (`INLINE_BYTES`) are parsed, checked and re-encoded on one
 thread, with the cyclic collector off meanwhile (the pod's decoding thread, shared:
 httpedge/decoding.py): parsing is C code that holds the GIL, but the check and the walk
 are Python, which gives the loop its turn every switch interval (5 ms), and one thread
@@ -14,15 +14,10 @@ that.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from podserve.gateway.wire import Billable, Endpoint, billable, parse_body
-from podserve.httpedge.decoding import INLINE_BYTES, BodyDecoding
-
-__all__ = ["INLINE_BYTES", "BodyParser"]
-
-T = TypeVar("T")
+from podserve.httpedge.decoding import BodyDecoding
 
 
 def _parse(raw: bytes, endpoint: Endpoint) -> tuple[dict[str, Any], Billable]:
@@ -30,18 +25,12 @@ def _parse(raw: bytes, endpoint: Endpoint) -> tuple[dict[str, Any], Billable]:
     return body, billable(body, endpoint)
 
 
-class BodyParser:
+class BodyParser(BodyDecoding):
+    """`run(size, work, ...)` puts a body's work on the loop or the parsing thread."""
+
     def __init__(self) -> None:
-        self._decoding = BodyDecoding("podserve-gw-parse")
+        super().__init__("podserve-gw-parse")
 
     async def parse(self, raw: bytes, endpoint: Endpoint) -> tuple[dict[str, Any], Billable]:
         """The body, and what it bills; BadRequest names what is wrong with it."""
         return await self.run(len(raw), _parse, raw, endpoint)
-
-    async def run(self, size: int, work: Callable[..., T], *args: Any) -> T:
-        """`work(*args)` on the loop for a body of `size` bytes up to INLINE_BYTES, else
-        on the parsing thread."""
-        return await self._decoding.run(size, work, *args)
-
-    def close(self) -> None:
-        self._decoding.close()

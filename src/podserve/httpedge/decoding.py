@@ -66,7 +66,7 @@ class BodyDecoding:
             self._pool = concurrent.futures.ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix=self._thread_name
             )
-        call = functools.partial(_without_gc, functools.partial(work, *args, **kwargs))
+        call = functools.partial(_COLLECTOR.run, functools.partial(work, *args, **kwargs))
         return await asyncio.get_running_loop().run_in_executor(self._pool, call)
 
     def close(self) -> None:
@@ -98,7 +98,3 @@ class _CollectorHold:
 
 
 _COLLECTOR = _CollectorHold()
-
-
-def _without_gc(work: Callable[[], T]) -> T:
-    return _COLLECTOR.run(work)

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 from google.protobuf.internal.containers import MessageMap
 
 from podserve.core.errors import InvalidInput
@@ -125,10 +126,22 @@ def encode_parameters(
 
 # Typed contents become an array element by element, in C that holds the GIL: 15 M FP32
 # elements in one call held the event loop 0.8 s even from the decoding thread
-# (server/grpc/service.py). Converted this many at a time (a slice of a repeated field is a
-# list, and numeric contents are read through one iterator), the loop gets its turn
-# between chunks, every few milliseconds.
+# (server/grpc/service.py). Converted this many at a time, the loop gets its turn between
+# chunks, every few milliseconds.
 _CHUNK = 1 << 16
+
+
+def _chunked(values: Iterable[Any], dtype: np.dtype[Any], count: int) -> npt.NDArray[Any]:
+    """`count` elements of `values` as an array, read through one iterator `_CHUNK` at a
+    time."""
+    items = iter(values)
+    if count <= _CHUNK:
+        return np.fromiter(items, dtype=dtype, count=count)
+    out = np.empty(count, dtype=dtype)
+    for start in range(0, count, _CHUNK):
+        end = min(count, start + _CHUNK)
+        out[start:end] = np.fromiter(items, dtype=dtype, count=end - start)
+    return out
 
 
 def _decode_contents(
@@ -158,19 +171,8 @@ def _decode_contents(
             f"shape {list(shape)} needs {count}"
         )
     if datatype is Datatype.BYTES:
-        out = np.empty(count, dtype=object)
-        for start in range(0, count, _CHUNK):
-            out[start : start + _CHUNK] = values[start : start + _CHUNK]
-        return out.reshape(shape)
-    dtype = _CONTENTS_WIDE_DTYPE[field]
-    if count <= _CHUNK:
-        wide = np.fromiter(values, dtype=dtype, count=count)
-    else:  # one iterator, `count` elements taken from it per call
-        items = iter(values)
-        wide = np.empty(count, dtype=dtype)
-        for start in range(0, count, _CHUNK):
-            end = min(count, start + _CHUNK)
-            wide[start:end] = np.fromiter(items, dtype=dtype, count=end - start)
+        return _chunked(values, np.dtype(object), count).reshape(shape)
+    wide = _chunked(values, _CONTENTS_WIDE_DTYPE[field], count)
     want = datatype.numpy_dtype
     if want != wide.dtype and wide.size:
         info = np.iinfo(want)
