@@ -178,7 +178,7 @@ def test_a_proxy_url_from_a_secret_still_needs_no_proxy_for_the_pods() -> None:
             "  egressProxy: {httpsProxy: 'http://user:pw@p:3128'}\n",
             "credentials belong in a Secret",
         ),
-        ("  egressProxy: {httpsProxy: 'socks5://p:1080'}\n", "only http:// and https:// proxies"),
+        ("  egressProxy: {httpsProxy: 'socks4://p:1080'}\n", "only http://, https://, socks5://"),
     ],
 )
 def test_an_egress_proxy_that_would_not_work_is_refused(extra: str, needle: str) -> None:

@@ -92,8 +92,12 @@ def test_no_proxy_star_sends_everything_direct() -> None:
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("socks5://proxy:1080", "only http:// and https:// proxies"),
-        ("socks5h://proxy:1080", "only http:// and https:// proxies"),
+        ("socks4://proxy:1080", "only http://, https://, socks5:// and socks5h:// proxies"),
+        ("socks5s://proxy:1080", "not socks5s://"),  # no TLS to a SOCKS proxy
+        ("socks5://proxy:99999", "https_proxy="),
+        ("socks5h://" + "u" * 256 + ":pw@proxy", "1 to 255 bytes"),  # RFC 1929's fields
+        ("socks5://user:" + "p" * 256 + "@proxy", "password at most 255"),
+        ("socks5h://:pw@proxy", "user name must be 1 to 255"),
         ("http://proxy:99999", "https_proxy="),
         ("http://:3128", "no proxy host"),
     ],
@@ -110,10 +114,10 @@ def test_the_gateway_refuses_to_start_with_an_unusable_proxy(
 
     config = tmp_path / "gateway.yaml"
     config.write_text("store: {kind: sqlite, path: g.db}\n")
-    monkeypatch.setenv("HTTPS_PROXY", "socks5://p:1080")
+    monkeypatch.setenv("HTTPS_PROXY", "socks4://p:1080")
     monkeypatch.delenv("https_proxy", raising=False)
     assert main(["gateway", "--config", str(config), "--port", "0"]) == 2
-    assert "HTTPS_PROXY='socks5://p:1080': only http:// and https://" in capsys.readouterr().err
+    assert "HTTPS_PROXY='socks4://p:1080': only http://, https://" in capsys.readouterr().err
 
 
 def test_an_https_proxy_is_spoken_to_over_tls_on_port_443_by_default() -> None:

@@ -1,8 +1,8 @@
 """Which egress proxy an upstream is reached through, configured the way every other
-client on a node is (the tunnel itself is `podserve.gateway.upstream_proxy`):
-`https_proxy` / `HTTPS_PROXY` for https upstreams, `http_proxy` / `HTTP_PROXY` for http
-ones, `no_proxy` / `NO_PROXY` for the hosts that go direct (lower case first, as curl and
-Go's net/http `ProxyFromEnvironment` read them).
+client on a node is (the tunnels themselves are `podserve.gateway.upstream_proxy` and
+`podserve.gateway.socks5`): `https_proxy` / `HTTPS_PROXY` for https upstreams,
+`http_proxy` / `HTTP_PROXY` for http ones, `no_proxy` / `NO_PROXY` for the hosts that go
+direct (lower case first, as curl and Go's net/http `ProxyFromEnvironment` read them).
 
 Clusters that reach hosted APIs only through an egress proxy set these on the gateway's
 Deployment, with the cluster's own names in NO_PROXY so pods stay direct. NO_PROXY
@@ -12,18 +12,26 @@ entries, as Go's httpproxy package reads them (golang.org/x/net/http/httpproxy):
 optionally with `:port`. Kubernetes' own guidance puts `.svc`, `.cluster.local` and the
 pod/service CIDRs there.
 
-https goes through a CONNECT tunnel (RFC 9110 §9.3.6), TLS end to end with the upstream,
-so the proxy sees only the host; plain http is sent to the proxy with the absolute URL as
-the request target (RFC 9112 §3.2.2). `user:password@` in the proxy URL becomes
-`Proxy-Authorization: Basic` (RFC 7617).
+Through an HTTP proxy, https goes through a CONNECT tunnel (RFC 9110 §9.3.6), TLS end to
+end with the upstream, so the proxy sees only the host; plain http is sent to the proxy
+with the absolute URL as the request target (RFC 9112 §3.2.2). `user:password@` in the
+proxy URL becomes `Proxy-Authorization: Basic` (RFC 7617).
 
 The proxy itself is spoken to in plain HTTP (`http://`, port 80 by default) or over TLS
 (`https://`, port 443 by default, as Go's `canonicalAddr` defaults them), which keeps the
 `Proxy-Authorization` header and the CONNECT target off the wire in clear; an https
 upstream through an https proxy is then TLS inside TLS. The proxy's certificate is checked
 against the same CA store as the upstreams' (Go's transport does the same with its one
-`TLSClientConfig`). A SOCKS proxy URL is refused when the gateway starts, not at the
-first request.
+`TLSClientConfig`).
+
+A SOCKS5 proxy (RFC 1928; port 1080 by default) tunnels both schemes: http and https
+upstreams alike get a tunnel, and https runs TLS inside it, as through CONNECT. As curl
+reads the schemes, `socks5://` has the gateway resolve the upstream's name and send the
+proxy an address, `socks5h://` sends the name for the proxy to resolve (what a proxy that
+alone can resolve external names needs). `user:password@` is RFC 1929's username/password
+authentication, whose fields are at most 255 bytes each. SOCKS is spoken in clear: there
+is no TLS to a SOCKS proxy, and `socks5s://` and the like are unknown schemes. A proxy URL
+the client cannot use is refused when the gateway starts, not at the first request.
 """
 
 from __future__ import annotations
@@ -32,22 +40,30 @@ import base64
 import ipaddress
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Literal
 from urllib.parse import unquote, urlsplit
 
 # The variables each scheme's proxy is read from, lower case first.
 PROXY_ENV = {"http": ("http_proxy", "HTTP_PROXY"), "https": ("https_proxy", "HTTPS_PROXY")}
+_DEFAULT_PORT = {"http": 80, "https": 443, "socks5": 1080, "socks5h": 1080}
+_SOCKS_FIELD_MAX = 255  # RFC 1929 §2: ULEN and PLEN are one byte each
 
 
 @dataclass(frozen=True, slots=True)
 class Proxy:
     host: str
     port: int
-    authorization: bytes | None  # the Proxy-Authorization value
+    authorization: bytes | None  # the Proxy-Authorization value (HTTP proxies)
     tls: bool = False  # an https:// proxy: TLS to the proxy itself
+    socks: Literal["socks5", "socks5h"] | None = None  # a SOCKS5 proxy, and which reading
+    credentials: tuple[bytes, bytes] | None = None  # SOCKS5 username and password
 
     @property
     def label(self) -> str:
-        """How errors name it: `proxy host:port`, `https` marked."""
+        """How errors name it: `proxy host:port`, `https` marked, or `socks5 proxy
+        host:port` (`socks5h`)."""
+        if self.socks is not None:
+            return f"{self.socks} proxy {self.host}:{self.port}"
         return f"proxy {'https://' if self.tls else ''}{self.host}:{self.port}"
 
     def header_lines(self) -> bytes:
@@ -57,28 +73,52 @@ class Proxy:
 
 
 def parse_proxy(value: str, source: str) -> Proxy:
-    """`http[s]://[user:password@]host[:port]`, or `host:port` (taken as http, as curl
-    does)."""
+    """`http[s]://[user:password@]host[:port]`, `socks5[h]://[user:password@]host[:port]`,
+    or `host:port` (taken as http, as curl does)."""
     text = value.strip()
     if "://" not in text:
         text = "http://" + text
     parts = urlsplit(text)
-    if parts.scheme not in ("http", "https"):
+    scheme = parts.scheme
+    if scheme not in _DEFAULT_PORT:
         raise ValueError(
-            f"{source}={value!r}: only http:// and https:// proxies are supported (an https "
-            "upstream is tunnelled through either with CONNECT; SOCKS is not spoken)"
+            f"{source}={value!r}: only http://, https://, socks5:// and socks5h:// proxies "
+            f"are supported, not {scheme}:// (TLS to the proxy is https://; SOCKS is spoken "
+            "in clear)"
         )
     try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+        port = parts.port or _DEFAULT_PORT[scheme]
     except ValueError as exc:
         raise ValueError(f"{source}={value!r}: {exc}") from None
     if not parts.hostname:
         raise ValueError(f"{source}={value!r}: no proxy host")
+    user = None if parts.username is None else unquote(parts.username)
+    password = unquote(parts.password or "")
+    if scheme in ("socks5", "socks5h"):
+        return Proxy(
+            parts.hostname,
+            port,
+            None,
+            socks="socks5" if scheme == "socks5" else "socks5h",
+            credentials=None if user is None else _socks_credentials(user, password, source),
+        )
     authorization = None
-    if parts.username is not None:
-        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
-        authorization = b"Basic " + base64.b64encode(pair.encode())
-    return Proxy(parts.hostname, port, authorization, tls=parts.scheme == "https")
+    if user is not None:
+        authorization = b"Basic " + base64.b64encode(f"{user}:{password}".encode())
+    return Proxy(parts.hostname, port, authorization, tls=scheme == "https")
+
+
+def _socks_credentials(user: str, password: str, source: str) -> tuple[bytes, bytes]:
+    """RFC 1929 §2's fields, refused now if they do not fit: ULEN is 1 to 255, PLEN one
+    byte (an empty password is let through, as curl and Go's x/net/proxy send it)."""
+    pair = user.encode(), password.encode()
+    if not 1 <= len(pair[0]) <= _SOCKS_FIELD_MAX or len(pair[1]) > _SOCKS_FIELD_MAX:
+        # the value itself is not echoed: it holds the password
+        raise ValueError(
+            f"{source}: a SOCKS5 user name must be 1 to {_SOCKS_FIELD_MAX} bytes and a "
+            f"password at most {_SOCKS_FIELD_MAX} (RFC 1929)"
+        )
+    return pair
 
 
 @dataclass(frozen=True, slots=True)

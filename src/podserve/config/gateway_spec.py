@@ -48,7 +48,8 @@ class EgressProxy(_Spec):
     https_proxy: str | None = Field(
         None,
         description="http://host:port (or https:// for TLS to the proxy itself) of the "
-        "proxy for https upstreams (hosted APIs), tunnelled with CONNECT. A URL with "
+        "proxy for https upstreams (hosted APIs), tunnelled with CONNECT; or "
+        "socks5://, socks5h:// (the proxy resolves names) for a SOCKS5 proxy. A URL with "
         "credentials goes in spec.secrets as HTTPS_PROXY instead.",
     )
     http_proxy: str | None = Field(None, description="The proxy for http upstreams.")

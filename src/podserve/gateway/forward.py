@@ -13,6 +13,7 @@ third of aiohttp's (measured in that module's docstring), which spent a tenth of
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from podserve.gateway.upstream_http import (
     parse_url,
 )
 
+log = logging.getLogger("podserve.gateway")
 RETRYABLE_STATUS = frozenset({502, 503, 504})
 _JSON = (b"content-type", b"application/json")
 
@@ -149,6 +151,12 @@ class Forwarder:
             except UPSTREAM_ERRORS as exc:
                 self._router.on_finish(target, False, time.monotonic())
                 error = f"{target.upstream}: {type(exc).__name__}"
+                # The client sees the error's kind only (no internal addresses); the
+                # operator's log has its words: which proxy refused, which host failed.
+                log.warning(
+                    "upstream attempt failed",
+                    extra={"upstream": target.upstream, "error": str(exc) or error},
+                )
                 continue
             waited = time.perf_counter() - started
             self._metrics.upstream(target.upstream).observe(waited)

@@ -1,5 +1,6 @@
-"""The CONNECT tunnel through an egress proxy (RFC 9110 §9.3.6) for https upstreams; which
-proxy, if any, an origin takes is `podserve.config.egress_proxy`."""
+"""The CONNECT tunnel through an HTTP egress proxy (RFC 9110 §9.3.6) for https upstreams,
+or a SOCKS5 tunnel (`podserve.gateway.socks5`) for either scheme; which proxy, if any, an
+origin takes is `podserve.config.egress_proxy`."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from podserve.config.egress_proxy import Proxy
+from podserve.gateway.socks5 import open_socks5
 from podserve.gateway.upstream_conn import UpstreamError
 
 _CONNECT_REPLY_MAX = 16 * 1024
@@ -71,9 +73,11 @@ async def open_tunnel(
     port: int,
     context: ssl.SSLContext,
 ) -> asyncio.BaseTransport:
-    """A connection through `proxy` to host:port (CONNECT), not yet TLS with the upstream;
-    TLS with the proxy when it is an https:// one, verified with `context`. The caller
-    bounds it with its connect timeout and closes nothing on success."""
+    """A connection through `proxy` to host:port (CONNECT, or SOCKS5's), not yet TLS with
+    the upstream; TLS with the proxy when it is an https:// one, verified with `context`.
+    The caller bounds it with its connect timeout and closes nothing on success."""
+    if proxy.socks is not None:
+        return await open_socks5(loop, proxy, host, port)
     transport, reply = await connect_to_proxy(loop, lambda: _TunnelReply(loop), proxy, context)
     try:
         authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
