@@ -8,6 +8,10 @@ Everything here runs on the event loop; what runs on a worker thread is
                                          (BatchRunner.run)
     _complete() ── per-request futures ──▶ infer() returns or raises
 
+A request alone in the worker pumps at once; one that arrives while others are in flight
+pumps at the end of the loop's turn, so the turn's arrivals share a model call
+(`engine/turn_coalescing.py`).
+
 While every instance is busy, `_pump` also stages one batch per instance that can no
 longer grow (`policy.next_full_batch()`): the thread starts it the moment its current
 call returns, instead of idling until the event loop has heard of the completion and
@@ -45,6 +49,7 @@ from podserve.engine.batch_run import Batch, BatchRun, BatchRunner, Pending
 from podserve.engine.request_state import RequestState, RequestTrack
 from podserve.engine.stats import StatsRecorder
 from podserve.engine.threads import WorkerThreads
+from podserve.engine.turn_coalescing import TurnCoalescing
 from podserve.obs.metrics import ModelMetrics
 from podserve.runtimes.base import ModelAPI
 from podserve.runtimes.batch_call import Outcome
@@ -95,6 +100,9 @@ class ModelWorker:
         self._batches: list[Batch] = []  # handed to a thread, not completed: running + staged
         self._next_key = 0
         self._wake: asyncio.TimerHandle | None = None
+        self._coalescing = TurnCoalescing(
+            loop, self._pump, lambda: len(self._policy), lambda: self._idle
+        )
         self._inflight = 0
         self._idle_event = asyncio.Event()
         self._idle_event.set()
@@ -167,6 +175,7 @@ class ModelWorker:
         await self._idle_event.wait()
 
     def close(self) -> None:
+        self._coalescing.cancel()
         self._threads.stop()
         self.model.unload()
 
@@ -184,7 +193,10 @@ class ModelWorker:
         self._inflight += 1
         self._idle_event.clear()
         self._queue_changed()
-        self._pump()
+        if self._inflight > 1:  # others in flight: let this turn's arrivals join the batch
+            self._coalescing.request()
+        else:
+            self._pump()
         try:
             response = await pending.future
         except asyncio.CancelledError:
@@ -213,6 +225,8 @@ class ModelWorker:
                 f"request has {rows} rows; model {self.name!r} accepts at most "
                 f"max_batch_size={limit} rows per request"
             )
+        if self.queue_depth >= self.limits.max_queue:
+            self._coalescing.flush()  # a dispatch put off to the turn's end: do it first
         if self.queue_depth >= self.limits.max_queue:
             raise Unavailable(
                 f"model {self.name!r} queue is full ({self.limits.max_queue} waiting); "
