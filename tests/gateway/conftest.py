@@ -3,11 +3,13 @@ provider), started once per session, and a gateway on SQLite per module."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import uvloop
 
 from tests.gateway.support import ROOT, TINY_LM, start_pod, wait_ready
 from tests.support.server import ServerProcess
@@ -17,6 +19,12 @@ from tests.support.server import ServerProcess
 class Pods:
     a: ServerProcess  # tiny-lm, iris
     b: ServerProcess  # tiny-lm, minilm: a second pool pod, or "the hosted provider"
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def run(request: pytest.FixtureRequest) -> Callable[[Coroutine[Any, Any, Any]], Any]:
+    """Runs a test's coroutine on asyncio's own loop, then on uvloop (the gateway's)."""
+    return uvloop.run if request.param == "uvloop" else asyncio.run
 
 
 @pytest.fixture(scope="session")

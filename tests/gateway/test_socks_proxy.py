@@ -20,7 +20,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvloop
 
 from podserve.config.egress_proxy import ProxySettings, parse_proxy
 from podserve.gateway.socks5 import SocksError
@@ -28,7 +27,7 @@ from podserve.gateway.upstream_http import UpstreamClient, UpstreamTimeout, pars
 from tests.gateway.conftest import Pods, base_config
 from tests.gateway.support import GatewayProcess, create_key
 from tests.gateway.test_upstream_http import Scripted, _json
-from tests.support.ports import free_port
+from tests.support.ports import free_port, listening
 from tests.support.server import wait_until
 from tests.support.tls import self_signed
 
@@ -89,7 +88,7 @@ def _start_microsocks(work: Path, auth: bool) -> tuple[subprocess.Popen[bytes], 
     log = work / f"microsocks-{port}.log"
     with log.open("w") as out:
         proc = subprocess.Popen(args, stdout=out, stderr=out)
-    wait_until(lambda: proc.poll() is not None or _listening(port), 10, "microsocks listening")
+    wait_until(lambda: proc.poll() is not None or listening(port), 10, "microsocks listening")
     assert proc.poll() is None, log.read_text()
     return proc, Microsocks(port, log, auth)
 
@@ -114,19 +113,6 @@ def open_microsocks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Micros
     finally:
         proc.terminate()
         proc.wait(timeout=10)
-
-
-def _listening(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-    except OSError:
-        return False
-    return True
-
-
-@pytest.fixture(params=["asyncio", "uvloop"])
-def run(request: pytest.FixtureRequest) -> Callable[[Coroutine[Any, Any, Any]], Any]:
-    return uvloop.run if request.param == "uvloop" else asyncio.run
 
 
 @pytest.fixture(scope="module")

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvloop
 
 from podserve.gateway.upstream_http import (
     ResponseTooLarge,
@@ -24,11 +23,6 @@ from podserve.gateway.upstream_http import (
 from tests.support.tls import self_signed
 
 Respond = Callable[[bytes, bytes, asyncio.StreamWriter], Awaitable[bool]]
-
-
-@pytest.fixture(params=["asyncio", "uvloop"])
-def run(request: pytest.FixtureRequest) -> Callable[[Coroutine[Any, Any, Any]], Any]:
-    return uvloop.run if request.param == "uvloop" else asyncio.run
 
 
 def ok(body: bytes, *extra: bytes) -> bytes:

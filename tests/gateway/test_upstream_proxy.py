@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import shutil
-import socket
 import ssl
 import subprocess
 from collections.abc import Callable, Coroutine, Iterator
@@ -19,14 +18,13 @@ from typing import Any
 
 import httpx
 import pytest
-import uvloop
 
 from podserve.config.egress_proxy import ProxySettings, parse_proxy
 from podserve.gateway.upstream_http import UpstreamClient, UpstreamError, UpstreamTimeout, parse_url
 from tests.gateway.conftest import Pods, base_config
 from tests.gateway.support import GatewayProcess, create_key
 from tests.gateway.test_upstream_http import Scripted, _json
-from tests.support.ports import free_port
+from tests.support.ports import free_port, listening
 from tests.support.server import wait_until
 from tests.support.tls import self_signed
 
@@ -164,25 +162,12 @@ def tinyproxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tinyproxy]:
     with log.open("w") as out:
         proc = subprocess.Popen([binary, "-d", "-c", str(config)], stdout=out, stderr=out)
     try:
-        wait_until(lambda: proc.poll() is not None or _listening(port), 10, "tinyproxy listening")
+        wait_until(lambda: proc.poll() is not None or listening(port), 10, "tinyproxy listening")
         assert proc.poll() is None, log.read_text()
         yield Tinyproxy(port, log)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
-
-
-def _listening(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-    except OSError:
-        return False
-    return True
-
-
-@pytest.fixture(params=["asyncio", "uvloop"])
-def run(request: pytest.FixtureRequest) -> Callable[[Coroutine[Any, Any, Any]], Any]:
-    return uvloop.run if request.param == "uvloop" else asyncio.run
 
 
 @pytest.fixture
@@ -402,7 +387,7 @@ def tls_proxy(tinyproxy: Tinyproxy, tmp_path_factory: pytest.TempPathFactory) ->
     with log.open("w") as out:
         proc = subprocess.Popen([binary, str(config)], stdout=out, stderr=out)
     try:
-        wait_until(lambda: proc.poll() is not None or _listening(port), 10, "stunnel listening")
+        wait_until(lambda: proc.poll() is not None or listening(port), 10, "stunnel listening")
         assert proc.poll() is None, log.read_text()
         yield TlsProxy(port, cert)
     finally:
