@@ -105,6 +105,15 @@ def test_a_proxy_the_client_cannot_use_is_refused_by_name(value: str, message: s
         ProxySettings.from_env({"https_proxy": value})
 
 
+@pytest.mark.parametrize(
+    "value", ["socks4://gw:hunter2@proxy:1080", "http://gw:hunter2@proxy:99999", "gw:hunter2@:1"]
+)
+def test_a_refused_proxy_url_is_named_without_its_password(value: str) -> None:
+    with pytest.raises(ValueError, match=r"\*\*\*@") as refused:
+        ProxySettings.from_env({"https_proxy": value})
+    assert "hunter2" not in str(refused.value)
+
+
 def test_the_gateway_refuses_to_start_with_an_unusable_proxy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

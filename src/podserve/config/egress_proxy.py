@@ -82,16 +82,16 @@ def parse_proxy(value: str, source: str) -> Proxy:
     scheme = parts.scheme
     if scheme not in _DEFAULT_PORT:
         raise ValueError(
-            f"{source}={value!r}: only http://, https://, socks5:// and socks5h:// proxies "
+            f"{source}={_shown(value)!r}: only http://, https://, socks5:// and socks5h:// proxies "
             f"are supported, not {scheme}:// (TLS to the proxy is https://; SOCKS is spoken "
             "in clear)"
         )
     try:
         port = parts.port or _DEFAULT_PORT[scheme]
     except ValueError as exc:
-        raise ValueError(f"{source}={value!r}: {exc}") from None
+        raise ValueError(f"{source}={_shown(value)!r}: {exc}") from None
     if not parts.hostname:
-        raise ValueError(f"{source}={value!r}: no proxy host")
+        raise ValueError(f"{source}={_shown(value)!r}: no proxy host")
     user = None if parts.username is None else unquote(parts.username)
     password = unquote(parts.password or "")
     if scheme in ("socks5", "socks5h"):
@@ -106,6 +106,16 @@ def parse_proxy(value: str, source: str) -> Proxy:
     if user is not None:
         authorization = b"Basic " + base64.b64encode(f"{user}:{password}".encode())
     return Proxy(parts.hostname, port, authorization, tls=scheme == "https")
+
+
+def _shown(value: str) -> str:
+    """The proxy URL for an error message, its `user:password@` masked: the message goes
+    to the gateway's log and stderr, where a password must not."""
+    scheme, sep, rest = value.strip().rpartition("://")
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        authority = "***@" + authority.rsplit("@", 1)[1]
+    return f"{scheme}{sep}{authority}{slash}{path}"
 
 
 def _socks_credentials(user: str, password: str, source: str) -> tuple[bytes, bytes]:
