@@ -344,11 +344,15 @@ def test_a_gateway_whose_socks_proxy_refuses_its_credentials_answers_503(
     env = {"http_proxy": microsocks.url(password="wrong"), "HOSTED_API_KEY": "k"}
     with GatewayProcess(_by_name(pods), tmp_path, env=env) as gateway:
         reply = _completion(gateway)
+        # the operator's log has the words the client is not shown: which proxy refused
+        failed = gateway.wait_log(lambda r: r.get("msg") == "upstream attempt failed")
     # as an HTTP proxy's 407: an upstream failure for the gateway, never the client's
-    # credentials problem; the error names the kind (the message with the proxy's
-    # address is the exception's, in the gateway's process)
+    # credentials problem; the client is told the kind, not the proxy's address
     assert (reply.status_code, reply.headers["retry-after"]) == (503, "1"), reply.text
     assert "SocksError" in reply.text
+    assert f"127.0.0.1:{microsocks.port}" not in reply.text
+    assert "refused the credentials" in failed["error"]
+    assert f"socks5h proxy 127.0.0.1:{microsocks.port}" in failed["error"]
 
 
 # --- a misbehaving proxy ----------------------------------------------------------------
