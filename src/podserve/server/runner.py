@@ -69,6 +69,9 @@ def http_config(settings: ServerSettings, app: App) -> uvicorn.Config:
         log_config=None,
         access_log=False,
         server_header=False,
+        # No X-Forwarded-* rewriting: nothing in the pod reads the client's address, and
+        # uvicorn's ProxyHeadersMiddleware wrapped every request (as on the gateway).
+        proxy_headers=False,
         # Exits happen only after our own drain, so uvicorn need not wait again.
         timeout_graceful_shutdown=1,
         limit_concurrency=None,  # httpedge/limits.py caps connections, answering JSON
