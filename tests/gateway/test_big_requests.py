@@ -34,7 +34,7 @@ from podserve.httpedge.decoding import INLINE_BYTES
 from podserve.protocol.json_body import MAX_JSON_VALUES
 from tests.gateway.conftest import Pods, base_config
 from tests.gateway.support import create_key
-from tests.support.gate import Gate, until
+from tests.support.gate import Gate, probed_while_held, until
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 
@@ -96,16 +96,12 @@ def completion(prompt: str | list[str]) -> dict[str, Any]:
 
 
 async def test_probes_answer_while_a_long_prompt_is_counted(gw: InProcess, gate: Gate) -> None:
-    request = asyncio.create_task(
-        gw.client.post("/v1/completions", json=completion(LONG_PROMPT), headers=gw.headers)
+    health, response = await probed_while_held(
+        gate,
+        gw.client.post("/v1/completions", json=completion(LONG_PROMPT), headers=gw.headers),
+        lambda: gw.client.get("/healthz"),
     )
-    await until(gate.entered)
-    # The tokenizer is inside its call now, and stays there until the gate opens.
-    health = await gw.client.get("/healthz")
     assert health.status_code == 200
-    assert not request.done()
-    gate.opened.set()
-    response = await request
     assert response.status_code == 200, response.text
     assert gate.opened_in_time == [True]
     assert gate.threads == ["podserve-gw-count_0"]
@@ -125,14 +121,12 @@ async def test_many_short_texts_are_counted_off_the_loop(gw: InProcess, gate: Ga
     """Few characters, many texts: a tokenizer call costs per text too (700 K empty
     messages were 10 s of counting on the loop), so past INLINE_TEXTS it is the thread's."""
     prompts = [""] * (counting.INLINE_TEXTS + 1)
-    request = asyncio.create_task(
-        gw.client.post("/v1/completions", json=completion(prompts), headers=gw.headers)
+    health, _ = await probed_while_held(  # (the pod's answer to empty prompts is not the point)
+        gate,
+        gw.client.post("/v1/completions", json=completion(prompts), headers=gw.headers),
+        lambda: gw.client.get("/healthz"),
     )
-    await until(gate.entered)
-    assert (await gw.client.get("/healthz")).status_code == 200
-    assert not request.done()
-    gate.opened.set()
-    await request  # (the pod's answer to empty prompts is not the point)
+    assert health.status_code == 200
     assert gate.opened_in_time == [True]
     assert gate.threads == ["podserve-gw-count_0"]
 

@@ -144,15 +144,29 @@ def _expected_target(scheme: str, host: str, port: int) -> str:
     return f"{LOCALHOST if scheme == 'socks5' and host == 'localhost' else host}:{port}"
 
 
+@pytest.mark.parametrize("upstream", ["http", "https"])
 @pytest.mark.parametrize("scheme", ["socks5", "socks5h"])
-def test_http_goes_through_the_tunnel_in_origin_form_and_the_tunnel_is_reused(
-    run: Callable[[Coroutine[Any, Any, Any]], Any], microsocks: Microsocks, scheme: str
+def test_both_schemes_go_through_one_reused_tunnel(
+    run: Callable[[Coroutine[Any, Any, Any]], Any],
+    microsocks: Microsocks,
+    request: pytest.FixtureRequest,
+    scheme: str,
+    upstream: str,
 ) -> None:
+    """http in origin form (the upstream itself reads the request, not a proxy), https
+    with TLS to the upstream inside the tunnel; two requests, one tunnel."""
+    server_tls = client_tls = None
+    if upstream == "https":
+        server_tls, client_tls = request.getfixturevalue("localhost_tls")
+
     async def main() -> None:
-        async with OnLocalhost(_json) as server:
-            proxies = ProxySettings(http=parse_proxy(microsocks.url(scheme), "test"))
-            client = UpstreamClient(2, 5, proxies=proxies)
-            url = parse_url(f"http://localhost:{server.port}/v2/m/infer?x=1")
+        async with OnLocalhost(_json, tls=server_tls) as server:
+            proxy = parse_proxy(microsocks.url(scheme), "test")
+            proxies = (
+                ProxySettings(http=proxy) if upstream == "http" else ProxySettings(https=proxy)
+            )
+            client = UpstreamClient(2, 5, ssl_context=client_tls, proxies=proxies)
+            url = parse_url(f"{upstream}://localhost:{server.port}/v2/m/infer?x=1")
             before = len(microsocks.targets())
             try:
                 for body in (b"{}", b"{ }"):
@@ -162,39 +176,7 @@ def test_http_goes_through_the_tunnel_in_origin_form_and_the_tunnel_is_reused(
                     response.release()
             finally:
                 await client.close()
-            # the upstream itself read the requests, in origin form, on one tunnel
             assert [head.split(b" ")[1] for head, _ in server.requests] == [b"/v2/m/infer?x=1"] * 2
-            assert server.connections == client.connections_made == 1
-            target = _expected_target(scheme, "localhost", server.port)
-            assert microsocks.targets()[before:] == [target]
-
-    run(main())
-
-
-@pytest.mark.parametrize("scheme", ["socks5", "socks5h"])
-def test_https_runs_tls_with_the_upstream_inside_the_tunnel(
-    run: Callable[[Coroutine[Any, Any, Any]], Any],
-    microsocks: Microsocks,
-    localhost_tls: tuple[ssl.SSLContext, ssl.SSLContext],
-    scheme: str,
-) -> None:
-    server_tls, client_tls = localhost_tls
-
-    async def main() -> None:
-        async with OnLocalhost(_json, tls=server_tls) as server:
-            proxies = ProxySettings(https=parse_proxy(microsocks.url(scheme), "test"))
-            client = UpstreamClient(2, 5, ssl_context=client_tls, proxies=proxies)
-            url = parse_url(f"https://localhost:{server.port}/v1/x")
-            before = len(microsocks.targets())
-            try:
-                for body in (b"x" * 10, b"y" * 20):
-                    response = await client.request(b"POST", url, body, [])
-                    assert response.status == 200
-                    assert await response.read(1 << 20) == b'{"echo":%d}' % len(body)
-                    response.release()
-            finally:
-                await client.close()
-            assert [head.split(b" ")[1] for head, _ in server.requests] == [b"/v1/x"] * 2
             assert server.connections == client.connections_made == 1
             target = _expected_target(scheme, "localhost", server.port)
             assert microsocks.targets()[before:] == [target]

@@ -4,14 +4,13 @@ an embeddings text is cut to what the encoder keeps before it is tokenized."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 
 import pytest
 
 from podserve.dataplane.prompts import MAX_CHARS_PER_TOKEN
 from podserve.generation.executor import ModelExecutor
-from tests.support.gate import Gate, until
+from tests.support.gate import Gate, probed_while_held
 from tests.support.planes import Edges
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -52,14 +51,10 @@ def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[Gate]:
 async def test_probes_answer_while_a_prompt_is_tokenized(
     both: Edges, gate: Gate, route: str, body: dict[str, object]
 ) -> None:
-    generation = asyncio.create_task(both.rest.post(route, json=body))
-    await until(gate.entered)
-    # The tokenizer is inside its call now, and stays there until the gate opens.
-    health = await both.rest.get("/healthz")
+    health, response = await probed_while_held(
+        gate, both.rest.post(route, json=body), lambda: both.rest.get("/healthz")
+    )
     assert health.status_code == 200
-    assert not generation.done()
-    gate.opened.set()
-    response = await generation
     assert response.status_code == 200, response.text
     assert gate.opened_in_time == [True]
 

@@ -12,7 +12,6 @@ once it is done.
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -27,7 +26,7 @@ from podserve.httpedge.decoding import INLINE_BYTES
 from podserve.protocol.json_body import MAX_JSON_VALUES, over_limit
 from podserve.protocol.openai import completions
 from podserve.server import routes_generate, routes_openai, routes_v2
-from tests.support.gate import Gate, until
+from tests.support.gate import Gate, probed_while_held
 from tests.support.planes import Loopback, loopback
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -117,14 +116,10 @@ async def test_a_big_body_is_decoded_off_the_loop_while_probes_answer(
     pod: Loopback, gate: DecodeGate, route: str
 ) -> None:
     body = {**ROUTES[route][2], PADDING_FIELD.get(route, "user"): PADDING}
-    posting = asyncio.ensure_future(pod.http.post(PATHS[route], json=body))
-    await until(gate.entered)
-    # The decode is inside its call now, and stays there until the gate opens.
-    health = await pod.http.get("/healthz")
+    health, response = await probed_while_held(
+        gate, pod.http.post(PATHS[route], json=body), lambda: pod.http.get("/healthz")
+    )
     assert health.status_code == 200
-    assert not posting.done()
-    gate.opened.set()
-    response = await posting
     assert response.status_code == 200, response.text[:300]
     assert gate.opened_in_time == [True]
     assert gate.threads == [DECODING_THREAD]

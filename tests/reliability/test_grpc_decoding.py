@@ -10,7 +10,6 @@ decodes on the loop's own thread. Through both the unary and the streaming RPC.
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -23,7 +22,7 @@ import pytest_asyncio
 from podserve.httpedge.decoding import INLINE_BYTES
 from podserve.server.grpc import service, stream
 from podserve.server.grpc._generated import inference_pb2 as pb
-from tests.support.gate import Gate, until
+from tests.support.gate import Gate, probed_while_held
 from tests.support.planes import Edges, edges
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -92,14 +91,12 @@ async def test_a_big_message_is_decoded_off_the_loop_while_the_server_answers(
 ) -> None:
     request = iris_request(padding=INLINE_BYTES)
     assert request.ByteSize() > INLINE_BYTES
-    answering = asyncio.ensure_future(infer(pod, rpc, request))
-    await until(gate.entered)
-    # The codec is inside its call now, and stays there until the gate opens.
-    live = await pod.grpc.ServerLive(pb.ServerLiveRequest(), timeout=5)
+    live, response = await probed_while_held(
+        gate,
+        infer(pod, rpc, request),
+        lambda: pod.grpc.ServerLive(pb.ServerLiveRequest(), timeout=5),
+    )
     assert live.live
-    assert not answering.done()
-    gate.opened.set()
-    response = await answering
     assert response.model_name == "iris"
     assert gate.opened_in_time == [True]
     assert gate.threads == [DECODING_THREAD]

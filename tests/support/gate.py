@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
+
+T = TypeVar("T")
+P = TypeVar("P")
 
 
 @dataclass
@@ -35,3 +40,17 @@ async def until(flag: threading.Event) -> None:
             return
         await asyncio.sleep(0.005)
     raise AssertionError("the gated call was never made")
+
+
+async def probed_while_held(
+    gate: Gate, call: Awaitable[T], probe: Callable[[], Awaitable[P]]
+) -> tuple[P, T]:
+    """Start `call`; once its gated step is entered (and held there), run `probe` (a
+    liveness check) and check `call` is still waiting; then open the gate. The probe's
+    answer and the call's."""
+    task = asyncio.ensure_future(call)
+    await until(gate.entered)
+    probed = await probe()
+    assert not task.done()
+    gate.opened.set()
+    return probed, await task

@@ -78,7 +78,8 @@ async def edges(
 ) -> AsyncIterator[Edges]:
     async with _loaded(tmp, examples, settings) as (_, plane):
         server, port = await start_grpc_server(plane, "127.0.0.1", 0, max_message_bytes=1 << 22)
-        transport = httpx.ASGITransport(app=App(plane))
+        app = App(plane)
+        transport = httpx.ASGITransport(app=app)
         try:
             async with (
                 httpx.AsyncClient(transport=transport, base_url="http://podserve") as rest,
@@ -87,6 +88,7 @@ async def edges(
                 yield Edges(plane, rest, pb_grpc.GRPCInferenceServiceStub(channel))
         finally:
             await stop_grpc_server(server, grace_s=0)
+            app.close()
 
 
 @dataclass

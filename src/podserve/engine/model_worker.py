@@ -175,7 +175,8 @@ class ModelWorker:
         await self._idle_event.wait()
 
     def close(self) -> None:
-        self._coalescing.cancel()
+        # Called off the loop after `wait_idle` (repository.py): nothing is queued, so no
+        # put-off pump is pending, and a loop handle is not cancelled from this thread.
         self._threads.stop()
         self.model.unload()
 

@@ -58,13 +58,9 @@ class TurnCoalescing:
         """Pump now if a pump is pending: admission must not count as queued what the
         pump would have dispatched (a full queue is judged after the pump)."""
         if self._handle is not None:
-            self.cancel()
-            self._pump()
-
-    def cancel(self) -> None:
-        if self._handle is not None:
             self._handle.cancel()
             self._handle = None
+            self._pump()
 
     def _turn(self) -> None:
         self._turns += 1
