@@ -155,15 +155,30 @@ def test_an_egress_proxy_is_rendered_as_the_environment_the_gateway_reads(
     assert not lint_documents(documents, ALL_RULES).findings
 
 
-def test_a_proxy_url_from_a_secret_still_needs_no_proxy_for_the_pods() -> None:
-    secret = "    - {env: HTTPS_PROXY, secret: egress, key: url}\n"
+@pytest.mark.parametrize("variable", ["HTTPS_PROXY", "ALL_PROXY"])
+def test_a_proxy_url_from_a_secret_still_needs_no_proxy_for_the_pods(variable: str) -> None:
+    secret = f"    - {{env: {variable}, secret: egress, key: url}}\n"
     with pytest.raises(InvalidInput, match=r"egressProxy\.noProxy with the pods' domains"):
         load_gateway_spec(_with_proxy("", secrets=secret), "spec")
     text = _with_proxy("  egressProxy: {noProxy: [.svc]}\n", secrets=secret)
     deployment = next(o for o in _render(text) if o["kind"] == "Deployment")
     env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert env["HTTPS_PROXY"]["valueFrom"]["secretKeyRef"] == {"name": "egress", "key": "url"}
+    assert env[variable]["valueFrom"]["secretKeyRef"] == {"name": "egress", "key": "url"}
     assert env["NO_PROXY"]["value"] == ".svc"
+
+
+def test_all_proxy_in_a_secret_beside_a_literal_https_proxy_is_not_a_conflict() -> None:
+    """The literal wins for https (a scheme's own variable before ALL_PROXY); ALL_PROXY
+    still proxies http, so the http pods must be in noProxy."""
+    secret = "    - {env: ALL_PROXY, secret: egress, key: url}\n"
+    literal = "  egressProxy: {httpsProxy: 'http://p:3128', noProxy: [.svc]}\n"
+    load_gateway_spec(_with_proxy(literal, secrets=secret), "spec")
+    without = "  egressProxy: {httpsProxy: 'http://p:3128', noProxy: [.example.com]}\n"
+    with pytest.raises(InvalidInput, match=r"pool chat's endpoint http://tiny-lm\.ml\.svc"):
+        load_gateway_spec(_with_proxy(without, secrets=secret), "spec")
+    own = "    - {env: HTTPS_PROXY, secret: egress, key: url}\n"
+    with pytest.raises(InvalidInput, match="the https proxy is set both here and in spec.secrets"):
+        load_gateway_spec(_with_proxy(literal, secrets=own), "spec")
 
 
 @pytest.mark.parametrize(
@@ -221,3 +236,6 @@ def test_lint_flags_a_proxy_from_a_secret_without_no_proxy() -> None:
     env[-2]["name"] = "HTTPS_PROXY"
     env.pop()
     assert _lint_ids(objects) == []
+    # ALL_PROXY reaches http as well (the gateway reads it for a scheme without its own)
+    env[-1]["name"] = "ALL_PROXY"
+    assert {rule for rule, _ in _lint_ids(objects)} == {"gateway-pods-through-egress-proxy"}

@@ -301,14 +301,18 @@ def _completion(gateway: GatewayProcess) -> httpx.Response:
     )
 
 
-@pytest.mark.parametrize("scheme", ["socks5", "socks5h"])
+@pytest.mark.parametrize(
+    ("scheme", "variable"),
+    [("socks5", "http_proxy"), ("socks5h", "http_proxy"), ("socks5h", "ALL_PROXY")],
+)
 def test_a_gateway_scrapes_and_reaches_its_pods_through_the_socks_proxy(
-    pods: Pods, microsocks: Microsocks, tmp_path: Path, scheme: str
+    pods: Pods, microsocks: Microsocks, tmp_path: Path, scheme: str, variable: str
 ) -> None:
+    """ALL_PROXY, as curl and Python's clients read it, proxies a scheme without its own."""
     before = len(microsocks.targets())
     pod_a = pods.a.url.rsplit(":", 1)[1]
     target = _expected_target(scheme, POD_HOST, int(pod_a))
-    env = {"http_proxy": microsocks.url(scheme), "HOSTED_API_KEY": "k"}
+    env = {variable: microsocks.url(scheme), "HOSTED_API_KEY": "k"}
     with GatewayProcess(_by_name(pods), tmp_path, env=env) as gateway:
         # No request yet: a connection to the pod through the proxy is the scraper's.
         wait_until(lambda: target in microsocks.targets()[before:], 10, "a scrape via SOCKS")

@@ -49,6 +49,21 @@ def test_the_environment_picks_a_proxy_per_scheme_lower_case_first() -> None:
     assert not ProxySettings.from_env({}).any
 
 
+def test_all_proxy_serves_the_schemes_without_a_variable_of_their_own() -> None:
+    """curl's ALL_PROXY (lower case first, like the others): a scheme's own variable wins."""
+    settings = ProxySettings.from_env(
+        {"https_proxy": "http://own:3128", "all_proxy": "socks5h://low:1080", "ALL_PROXY": "up:1"}
+    )
+    https = settings.for_origin("https", "api.example.com", 443)
+    http = settings.for_origin("http", "api.example.com", 80)
+    assert https is not None
+    assert (https.host, https.socks) == ("own", None)
+    assert http is not None
+    assert (http.host, http.port, http.socks) == ("low", 1080, "socks5h")
+    with pytest.raises(ValueError, match="ALL_PROXY"):
+        ProxySettings.from_env({"ALL_PROXY": "socks4://p:1080"})
+
+
 @pytest.mark.parametrize(
     ("host", "port", "direct"),
     [

@@ -1,8 +1,12 @@
 """Which egress proxy an upstream is reached through, configured the way every other
 client on a node is (the tunnels themselves are `podserve.gateway.upstream_proxy` and
 `podserve.gateway.socks5`): `https_proxy` / `HTTPS_PROXY` for https upstreams,
-`http_proxy` / `HTTP_PROXY` for http ones, `no_proxy` / `NO_PROXY` for the hosts that go
-direct (lower case first, as curl and Go's net/http `ProxyFromEnvironment` read them).
+`http_proxy` / `HTTP_PROXY` for http ones, `all_proxy` / `ALL_PROXY` for a scheme without
+its own, `no_proxy` / `NO_PROXY` for the hosts that go direct (lower case first, as curl
+and Go's net/http `ProxyFromEnvironment` read them). `ALL_PROXY` is curl's (its
+documentation, "Proxy environment variables"), and Python's clients honour it too (httpx,
+and requests through urllib's `getproxies`), so a node set up for them proxies the gateway
+as well; Go's net/http does not read it.
 
 Clusters that reach hosted APIs only through an egress proxy set these on the gateway's
 Deployment, with the cluster's own names in NO_PROXY so pods stay direct. NO_PROXY
@@ -43,8 +47,17 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import unquote, urlsplit
 
-# The variables each scheme's proxy is read from, lower case first.
+# The variables each scheme's own proxy is read from, lower case first; then, for a scheme
+# none of them sets, ALL_PROXY_ENV.
 PROXY_ENV = {"http": ("http_proxy", "HTTP_PROXY"), "https": ("https_proxy", "HTTPS_PROXY")}
+ALL_PROXY_ENV = ("all_proxy", "ALL_PROXY")
+
+
+def proxy_env_names(scheme: str) -> tuple[str, ...]:
+    """Every variable that can set `scheme`'s proxy, in the order they are read."""
+    return PROXY_ENV[scheme] + ALL_PROXY_ENV
+
+
 _DEFAULT_PORT = {"http": 80, "https": 443, "socks5": 1080, "socks5h": 1080}
 _SOCKS_FIELD_MAX = 255  # RFC 1929 §2: ULEN and PLEN are one byte each
 
@@ -192,7 +205,7 @@ class ProxySettings:
         """From the process environment; ValueError names a variable it cannot use."""
 
         def pick(scheme: str) -> Proxy | None:
-            for key in PROXY_ENV[scheme]:
+            for key in proxy_env_names(scheme):
                 value = env.get(key, "").strip()
                 if value:
                     return parse_proxy(value, key)

@@ -21,7 +21,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
-from podserve.config.egress_proxy import PROXY_ENV, parse_proxy, proxied_endpoints
+from podserve.config.egress_proxy import (
+    PROXY_ENV,
+    parse_proxy,
+    proxied_endpoints,
+    proxy_env_names,
+)
 from podserve.config.gateway_config import GatewayConfig, RedisPostgresStore
 from podserve.core.errors import InvalidInput
 
@@ -140,12 +145,13 @@ class GatewaySpec(_Spec):
         literal = {"https": proxy.https_proxy, "http": proxy.http_proxy} if proxy else {}
         schemes = set()
         for scheme, names in PROXY_ENV.items():
-            in_secret = bool(secret_env & set(names))
-            if in_secret and literal.get(scheme):
+            # ALL_PROXY yields to a scheme's own variable (egress_proxy.from_env): only the
+            # scheme's own names conflict with the literal
+            if secret_env & set(names) and literal.get(scheme):
                 raise ValueError(
                     f"egressProxy: the {scheme} proxy is set both here and in spec.secrets"
                 )
-            if in_secret or literal.get(scheme):
+            if secret_env & set(proxy_env_names(scheme)) or literal.get(scheme):
                 schemes.add(scheme)
         if not schemes:
             return

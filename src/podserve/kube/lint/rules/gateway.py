@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from podserve.config.egress_proxy import PROXY_ENV, proxied_endpoints
+from podserve.config.egress_proxy import PROXY_ENV, proxied_endpoints, proxy_env_names
 from podserve.kube.lint.context import LintContext
 from podserve.kube.lint.model import Hit, Rule
 from podserve.kube.lint.pods import PodView
@@ -112,8 +112,11 @@ def _proxy_env(container: Mapping[str, Any]) -> tuple[set[str], str | None]:
     env = {str(e.get("name")): e for e in container.get("env") or [] if isinstance(e, Mapping)}
     schemes = {
         scheme
-        for scheme, names in PROXY_ENV.items()
-        if any(n in env and (env[n].get("value") or env[n].get("valueFrom")) for n in names)
+        for scheme in PROXY_ENV
+        if any(
+            n in env and (env[n].get("value") or env[n].get("valueFrom"))
+            for n in proxy_env_names(scheme)
+        )
     }
     for name in ("no_proxy", "NO_PROXY"):  # lower case first, as the gateway reads it
         if name in env:
