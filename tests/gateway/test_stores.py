@@ -292,6 +292,33 @@ async def test_a_restarted_redis_rebuilds_committed_spend(
     await store.close()
 
 
+async def test_replicas_setting_up_a_fresh_database_at_once_all_start(
+    request: pytest.FixtureRequest,
+) -> None:
+    """A Deployment's replicas start together on an empty PostgreSQL: concurrent
+    `CREATE TABLE IF NOT EXISTS` raced in the catalog (UniqueViolation on
+    pg_type_typname_nsp_index, 10 of 10 tries with six replicas) until the schema took an
+    advisory lock."""
+    from podserve.gateway.store.redis_postgres import RedisPostgresStore
+
+    redis_url = request.getfixturevalue("redis_url")
+    dsn = request.getfixturevalue("postgres_dsn")
+    for _ in range(3):
+        reset_shared_store(redis_url, dsn)
+        replicas = [RedisPostgresStore(redis_url, dsn, timeout_s=5.0) for _ in range(6)]
+        try:
+            await asyncio.gather(*(replica.setup() for replica in replicas))
+            _, digest = new_key()
+            await replicas[0].create_key(
+                KeyRecord(key_id_of(digest), digest, "t", "ns", (), None, None, None, None,
+                          False, time.time())
+            )  # fmt: skip
+            assert await replicas[5].find_key(digest) is not None
+        finally:
+            for replica in replicas:
+                await replica.close()
+
+
 @pytest.mark.parametrize("limit_micro", [300, None])
 async def test_a_hold_of_nothing_that_costs_something_is_still_charged(
     store: Store, limit_micro: int | None

@@ -17,7 +17,16 @@ from podserve.gateway.keys import KeyRecord
 from podserve.gateway.periods import periodic_spans
 from podserve.gateway.store.base import COUNTED_AT, Dimension, spend_sql
 
-SCHEMA = """
+# The schema is one multi-statement query, so PostgreSQL runs it as one implicit
+# transaction, and the transaction-scoped advisory lock first serializes the replicas
+# (and `keys`/`spend` CLI runs) that set it up at the same time. Without it, concurrent
+# `CREATE TABLE IF NOT EXISTS` on a fresh database fail with UniqueViolation on
+# pg_type_typname_nsp_index (the check and the catalog insert are not atomic): six
+# replicas starting together failed that way in 10 of 10 tries
+# (tests/gateway/test_stores.py). The key is an arbitrary constant of podserve's.
+SCHEMA_LOCK_KEY = 7_151_300_021
+SCHEMA = f"""
+SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY});
 CREATE TABLE IF NOT EXISTS gateway_keys (
   key_id TEXT PRIMARY KEY, key_hash TEXT UNIQUE NOT NULL, team TEXT NOT NULL,
   namespace TEXT NOT NULL, models TEXT[] NOT NULL, budget_micro BIGINT, rpm INTEGER,
