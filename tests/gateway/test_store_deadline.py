@@ -52,7 +52,7 @@ async def test_a_reservation_made_after_the_refusal_is_released(postgres_dsn: st
         try:
             with pytest.raises(StoreDown):
                 await accounting.admit(key, bill, "late-one")
-            assert accounting._background  # the reservation call is still outstanding
+            assert accounting.calls.background  # the reservation call is still outstanding
         finally:
             os.kill(pid, signal.SIGCONT)
         # Redis now runs the queued script: the hold is made, then released at zero.

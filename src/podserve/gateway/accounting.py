@@ -1,7 +1,8 @@
 """Who is asking and may they: keys (cached), then one atomic reservation in the store;
 afterwards, the settlement. The store is called under a deadline: an answer that does not
-come within `storeTimeoutMs` fails the request closed (503 + Retry-After), or, opted in,
-falls back to `LocalBudgets`.
+come within `storeTimeoutMs`, or a store taken for down after calls in a row failed, fails
+the request closed (503 + Retry-After), or, opted in, falls back to `LocalBudgets`
+(`store_calls.py`).
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from functools import partial
+from typing import Any
 
 from podserve.config.gateway_config import GatewayConfig, OnBudgetShort
 from podserve.gateway import tokens
@@ -39,12 +41,11 @@ from podserve.gateway.store.base import (
     Outcome,
     Settlement,
     Store,
-    StoreUnavailable,
     WindowSpec,
 )
+from podserve.gateway.store_calls import StoreCalls
 from podserve.gateway.wire import Billable, Endpoint
 
-T = TypeVar("T")
 _BUDGET_POLL_S = 0.025
 log = logging.getLogger("podserve.gateway")
 
@@ -76,15 +77,16 @@ class Accounting:
         self.store = store
         self._wall = wall
         self._mono = monotonic
-        self._timeout_s = config.store_timeout_ms / 1000
         # An in-process store (SQLite) cannot hang on a network: no deadline (sqlite.py).
-        self._in_process = bool(getattr(store, "in_process", False))
+        self.calls = StoreCalls(
+            config.store_timeout_ms / 1000, bool(getattr(store, "in_process", False)), monotonic
+        )
         self._keys: dict[str, tuple[KeyRecord, float]] = {}
         self._lookups: dict[str, asyncio.Future[KeyRecord | None]] = {}
         self._settled = asyncio.Event()  # replaced after each settlement: wakes waiters
         self._local = LocalBudgets(config.fail_open.replicas)
         self.prices = price_table(config)
-        # Store calls that missed their deadline, and the releases of late reservations.
+        # The releases of reservations made after their deadline.
         self._background: set[asyncio.Future[Any]] = set()
         counters: dict[str, tokens.Counter] = {}
         self._key_limits: dict[KeyRecord, KeyLimits] = {}
@@ -96,52 +98,8 @@ class Accounting:
         self.counting = PromptCounting(counters)
 
     def deadline(self) -> float:
-        """A request's store deadline, on the monotonic clock: the key lookup and the
-        reservation share it, so a slow answer to one does not restart the clock."""
-        return self._mono() + self._timeout_s
-
-    async def _call(
-        self,
-        op: Awaitable[T],
-        deadline: float | None = None,
-        late: Callable[[T], None] | None = None,
-    ) -> T:
-        """`op` under the store deadline (`deadline`, else `storeTimeoutMs` from now).
-
-        The refusal goes out at the deadline, not when the store client has cleaned up:
-        the call runs as its own task, and one that misses the deadline is left to finish
-        in the background (the clients' own socket timeouts end it) while the request is
-        refused. Under `asyncio.timeout` the request waited for the cancelled call to
-        unwind (redis-py disconnecting and returning the connection to its pool,
-        redis/asyncio/client.py execute_command), and the hung-store benchmark saw
-        refusals at 51-67 ms against a 40 ms deadline. `late` gets a result that arrives
-        after the refusal (a reservation the store made after all: released).
-        """
-        if self._in_process:
-            try:
-                return await op
-            except StoreUnavailable as exc:
-                raise StoreDown("the gateway's store is unavailable", retry_after_s=1) from exc
-        left = (self.deadline() if deadline is None else deadline) - self._mono()
-        task = asyncio.ensure_future(op)
-        try:
-            if left > 0:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(left):
-                        return await asyncio.shield(task)
-            if task.done() and not task.cancelled():
-                return task.result()
-        except (StoreUnavailable, TimeoutError) as exc:
-            raise StoreDown("the gateway's store is unavailable", retry_after_s=1) from exc
-        # Missed the deadline: refuse now; the call finishes (or is cancelled) behind us.
-        if late is None:
-            task.cancel()
-        else:
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
-        task.add_done_callback(lambda done: _consume(done, late))
-        missed = StoreUnavailable("the store did not answer before the deadline")
-        raise StoreDown("the gateway's store is unavailable", retry_after_s=1) from missed
+        """A request's store deadline (`StoreCalls.deadline`)."""
+        return self.calls.deadline()
 
     # --- keys ------------------------------------------------------------------------
     async def authenticate(
@@ -176,7 +134,9 @@ class Accounting:
         connections would otherwise queue one lookup each)."""
         pending = self._lookups.get(digest)
         if pending is None:
-            pending = asyncio.ensure_future(self._call(self.store.find_key(digest), deadline))
+            pending = asyncio.ensure_future(
+                self.calls.call(lambda: self.store.find_key(digest), deadline)
+            )
             self._lookups[digest] = pending
             pending.add_done_callback(lambda _f: self._lookups.pop(digest, None))
         return await asyncio.shield(pending)
@@ -265,8 +225,10 @@ class Accounting:
         while True:
             settled = self._settled
             try:
-                decision = await self._call(
-                    self.store.reserve(hold), deadline, lambda late: self._release(hold, late)
+                decision = await self.calls.call(
+                    lambda: self.store.reserve(hold),
+                    deadline,
+                    lambda late: self._release(hold, late),
                 )
                 deadline = None  # a wait for budget below is not the store's slowness
             except StoreDown:
@@ -299,7 +261,9 @@ class Accounting:
         if not isinstance(late, Grant):
             return
         nothing = Settlement(hold.reservation_id, Usage(0, 0), 0, "", Outcome.ERROR, self._wall())
-        task = asyncio.ensure_future(self._call(self.store.settle(nothing)))
+        task = asyncio.ensure_future(
+            self.calls.call(lambda: self.store.settle(nothing), refusable=False)
+        )
         self._background.add(task)
         task.add_done_callback(self._released)
 
@@ -310,8 +274,9 @@ class Accounting:
 
     async def quiesce(self) -> None:
         """Wait for late store calls and their releases (shutdown; tests)."""
-        while self._background:
-            await asyncio.gather(*list(self._background), return_exceptions=True)
+        while self._background or self.calls.background:
+            pending = [*self._background, *self.calls.background]
+            await asyncio.gather(*pending, return_exceptions=True)
 
     async def settle(
         self, admission: Admission, usage: Usage, outcome: Outcome, upstream: str
@@ -330,7 +295,7 @@ class Accounting:
         """Record the charges made while the store was down; how many are still pending."""
         pending = self._local.pending
         while pending:
-            await self._call(self.store.charge(pending[0]))
+            await self.calls.call(partial(self.store.charge, pending[0]), refusable=False)
             pending.pop(0)
         return len(pending)
 
@@ -354,20 +319,11 @@ class Accounting:
             )
             return cost
         try:
-            await self._call(self.store.settle(settlement))
+            await self.calls.call(lambda: self.store.settle(settlement), refusable=False)
         except StoreDown:
             # The reservation stays held; its lease expires and charges it in full.
             log.error("settlement failed: the lease will charge the reservation")
         return cost
-
-
-def _consume(task: asyncio.Future[T], late: Callable[[T], None] | None) -> None:
-    """A store call that missed its deadline ended: hand a result to `late`; retrieve an
-    error so asyncio does not log it as never retrieved."""
-    if task.cancelled() or task.exception() is not None:
-        return
-    if late is not None:
-        late(task.result())
 
 
 def _refusal_message(refusal: Refusal) -> str:

@@ -1,0 +1,136 @@
+"""How the gateway calls a networked store (Redis + PostgreSQL): under a deadline, and not
+at all while the store is known to be down.
+
+**Deadline.** A call gets `storeTimeoutMs` of store time (or what is left of a request's
+deadline). The refusal goes out at the deadline, not when the store client has cleaned
+up: the call runs as its own task, and one that misses the deadline is left to finish in
+the background (the clients' own socket timeouts end it) while the request is refused.
+Under `asyncio.timeout` the request waited for the cancelled call to unwind (redis-py
+disconnecting and returning the connection to its pool, redis/asyncio/client.py
+execute_command), and the hung-store benchmark saw refusals at 51-67 ms against a 40 ms
+deadline. `late` gets a result that arrives after the refusal (a reservation the store
+made after all: released).
+
+**Breaker.** Without one, every request during an outage waited its whole deadline and
+left a call behind on a hung connection, so an outage at a few thousand requests a
+second held a hundred requests and their calls at once, each for 40 ms, to learn what
+the previous request had learned. After `FAILURES` calls in a row fail (refused
+connection, an error, a missed deadline), the store is taken for down for `OPEN_S` (the
+`Retry-After: 1` the refusals carry): admission calls are refused at once, 503 as before,
+or admitted by `LocalBudgets` with fail-open on. Then one admission call is let through
+as a probe; its outcome closes the breaker or opens it again (`gateway/breaker.py`, the
+shape of Envoy's outlier detection). Settlements and recorded charges are never refused
+by it: they run after the client has its answer, and refusing one would leave its hold
+to the lease, which charges it in full. Their outcomes count like any call's, so a
+settlement that succeeds closes the breaker.
+
+The SQLite store is in process: it cannot hang on a network, so it has neither.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from podserve.gateway.breaker import Breaker, BreakerState
+from podserve.gateway.errors import StoreDown
+from podserve.gateway.store.base import StoreUnavailable
+
+T = TypeVar("T")
+log = logging.getLogger("podserve.gateway")
+
+FAILURES = 3
+OPEN_S = 1.0
+
+
+def _down(cause: BaseException | None = None) -> StoreDown:
+    error = StoreDown("the gateway's store is unavailable", retry_after_s=1)
+    error.__cause__ = cause
+    return error
+
+
+class StoreCalls:
+    def __init__(self, timeout_s: float, in_process: bool, monotonic: Callable[[], float]) -> None:
+        self._timeout_s = timeout_s
+        self._in_process = in_process
+        self._mono = monotonic
+        self.breaker = Breaker(FAILURES, OPEN_S)
+        # Calls that missed their deadline and were left to finish (their `late`).
+        self.background: set[asyncio.Future[Any]] = set()
+
+    def deadline(self) -> float:
+        """A request's store deadline, on the monotonic clock: the key lookup and the
+        reservation share it, so a slow answer to one does not restart the clock."""
+        return self._mono() + self._timeout_s
+
+    async def call(
+        self,
+        op: Callable[[], Awaitable[T]],
+        deadline: float | None = None,
+        late: Callable[[T], None] | None = None,
+        refusable: bool = True,
+    ) -> T:
+        """`op()` under the deadline (`deadline`, else `storeTimeoutMs` from now); not made
+        at all, StoreDown at once, when `refusable` and the breaker is open."""
+        if self._in_process:
+            try:
+                return await op()
+            except StoreUnavailable as exc:
+                raise _down(exc) from exc
+        now = self._mono()
+        if refusable:
+            if not self.breaker.allows(now):
+                raise _down()
+            self.breaker.on_attempt(now)
+        left = (self.deadline() if deadline is None else deadline) - now
+        task = asyncio.ensure_future(op())
+        try:
+            if left > 0:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(left):
+                        result = await asyncio.shield(task)
+                        self._record(True)
+                        return result
+            if task.done() and not task.cancelled():
+                result = task.result()
+                self._record(True)
+                return result
+        except (StoreUnavailable, TimeoutError) as exc:
+            self._record(False)
+            raise _down(exc) from exc
+        # Missed the deadline: refuse now; the call finishes (or is cancelled) behind us.
+        self._record(False)
+        if late is None:
+            task.cancel()
+        else:
+            self.background.add(task)
+            task.add_done_callback(self.background.discard)
+        task.add_done_callback(lambda done: _consume(done, late))
+        raise _down(StoreUnavailable("the store did not answer before the deadline"))
+
+    def _record(self, ok: bool) -> None:
+        was = self.breaker.state
+        if ok:
+            self.breaker.on_success()
+        else:
+            self.breaker.on_failure(self._mono())
+        now = self.breaker.state
+        if now is BreakerState.OPEN and was is not BreakerState.OPEN:
+            log.warning(
+                "store taken for down: admission calls refused at once",
+                extra={"failures_in_a_row": FAILURES, "open_s": OPEN_S},
+            )
+        elif now is BreakerState.CLOSED and was is not BreakerState.CLOSED:
+            log.info("store answering again")
+
+
+def _consume(task: asyncio.Future[T], late: Callable[[T], None] | None) -> None:
+    """A store call that missed its deadline ended: hand a result to `late`; retrieve an
+    error so asyncio does not log it as never retrieved."""
+    if task.cancelled() or task.exception() is not None:
+        return
+    if late is not None:
+        late(task.result())

@@ -1,0 +1,196 @@
+"""A store taken for down: after `FAILURES` failed calls in a row, admission calls are
+refused without reaching the store until `OPEN_S` has passed; then one probe decides.
+
+In process, the breaker's decisions are driven by an injected clock and a store double
+whose calls can fail on demand (only the call-counting is a double: the Redis behaviour
+itself is tested below). Then with a real Redis: hung (SIGSTOP), a gateway stops leaving
+calls behind on it; stopped and started again, a gateway process answers 503 + Retry-After
+throughout and serves again once Redis is back.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from podserve.config.gateway_config import load_gateway_config
+from podserve.gateway.accounting import Accounting
+from podserve.gateway.breaker import BreakerState
+from podserve.gateway.errors import StoreDown
+from podserve.gateway.keys import KeyRecord, key_id_of, new_key
+from podserve.gateway.store.base import StoreUnavailable
+from podserve.gateway.store_calls import FAILURES, OPEN_S, StoreCalls
+from podserve.gateway.wire import Endpoint, billable
+from tests.gateway.conftest import Pods, base_config, reset_shared_store
+from tests.gateway.support import GatewayProcess, make_key, redis_server
+from tests.support.server import wait_until
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Store:
+    """Counts the calls that reach it; each fails while `down`."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.down = False
+
+    def op(self) -> Callable[[], Awaitable[str]]:
+        async def call() -> str:
+            self.calls += 1
+            if self.down:
+                raise StoreUnavailable("connection refused")
+            return "ok"
+
+        return call
+
+
+def _state(calls: StoreCalls) -> BreakerState:
+    return calls.breaker.state
+
+
+async def test_calls_in_a_row_failing_open_the_breaker_and_a_probe_closes_it() -> None:
+    clock, store = Clock(), Store()
+    calls = StoreCalls(timeout_s=1.0, in_process=False, monotonic=clock)
+    assert await calls.call(store.op()) == "ok"
+    store.down = True
+    for _ in range(FAILURES):
+        with pytest.raises(StoreDown):
+            await calls.call(store.op())
+    assert store.calls == 1 + FAILURES
+    # taken for down: refused at once, the store not called
+    with pytest.raises(StoreDown) as refused:
+        await calls.call(store.op())
+    assert refused.value.retry_after_s == 1
+    assert store.calls == 1 + FAILURES
+    # a settlement is never refused by it: it reaches the store
+    with pytest.raises(StoreDown):
+        await calls.call(store.op(), refusable=False)
+    assert store.calls == 2 + FAILURES
+    # after OPEN_S one probe goes through; it fails: open again for another OPEN_S
+    clock.now += OPEN_S
+    with pytest.raises(StoreDown):
+        await calls.call(store.op())
+    assert store.calls == 3 + FAILURES
+    with pytest.raises(StoreDown):
+        await calls.call(store.op())
+    assert store.calls == 3 + FAILURES
+    # the store is back; the next probe closes the breaker and calls flow again
+    store.down = False
+    clock.now += OPEN_S
+    assert await calls.call(store.op()) == "ok"
+    assert _state(calls) is BreakerState.CLOSED
+    assert await calls.call(store.op()) == "ok"
+    assert store.calls == 5 + FAILURES
+
+
+async def test_a_settlement_that_succeeds_closes_the_breaker() -> None:
+    clock, store = Clock(), Store()
+    calls = StoreCalls(timeout_s=1.0, in_process=False, monotonic=clock)
+    store.down = True
+    for _ in range(FAILURES):
+        with pytest.raises(StoreDown):
+            await calls.call(store.op())
+    assert _state(calls) is BreakerState.OPEN
+    store.down = False
+    assert await calls.call(store.op(), refusable=False) == "ok"
+    assert _state(calls) is BreakerState.CLOSED
+
+
+async def test_the_in_process_store_has_no_breaker() -> None:
+    store = Store()
+    calls = StoreCalls(timeout_s=1.0, in_process=True, monotonic=Clock())
+    store.down = True
+    for _ in range(FAILURES + 2):
+        with pytest.raises(StoreDown):
+            await calls.call(store.op())
+    assert store.calls == FAILURES + 2
+
+
+CONFIG = """
+prices: {m: {inputPerMillionUsd: 1, outputPerMillionUsd: 2}}
+storeTimeoutMs: 50
+"""
+
+
+async def test_a_hung_redis_is_left_alone_once_taken_for_down(postgres_dsn: str) -> None:
+    """Without the breaker each refused request left one more reservation call waiting on
+    the stopped Redis; with it, only the first FAILURES do, and the probe after OPEN_S
+    finds Redis answering again."""
+    from podserve.gateway.store.redis_postgres import RedisPostgresStore
+
+    clock = Clock()
+    with redis_server() as url:
+        reset_shared_store(url, postgres_dsn)
+        store = RedisPostgresStore(url, postgres_dsn, timeout_s=30.0)
+        await store.setup()
+        accounting = Accounting(load_gateway_config(CONFIG), store, monotonic=clock)
+        _, digest = new_key()
+        key = KeyRecord(
+            key_id_of(digest), digest, "t", "ns", (), 10_000, None, None, None, False, time.time()
+        )
+        await store.create_key(key)
+        bill = billable({"model": "m", "prompt": "abc", "max_tokens": 8}, Endpoint.COMPLETIONS)
+        await accounting.admit(key, bill)  # connections warm, scripts loaded
+        with redis.Redis.from_url(url) as r:
+            pid = int(r.info("server")["process_id"])
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            for _ in range(FAILURES + 3):
+                with pytest.raises(StoreDown):
+                    await accounting.admit(key, bill)
+            # the calls left waiting on the hung Redis: the first FAILURES only
+            assert len(accounting.calls.background) == FAILURES
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        await accounting.quiesce()  # Redis answers the queued calls; their holds released
+        clock.now += OPEN_S
+        assert (await accounting.admit(key, bill)).reservation_id  # the probe, admitted
+        assert _state(accounting.calls) is BreakerState.CLOSED
+        await store.close()
+
+
+def test_a_gateway_refuses_while_redis_is_down_and_serves_when_it_is_back(
+    pods: Pods, postgres_dsn: str, tmp_path: Path
+) -> None:
+    body = {"model": "tiny-lm", "prompt": "hi", "max_tokens": 2}
+    with redis_server() as url:
+        reset_shared_store(url, postgres_dsn)
+        store = {"kind": "redis-postgres", "redis": url, "postgres": postgres_dsn}
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        with GatewayProcess(base_config(pods, store=store, storeTimeoutMs=200), tmp_path) as gw:
+            key, _ = make_key(gw.config_path, team="breaker")
+            headers = {"authorization": f"Bearer {key}"}
+            with httpx.Client(base_url=gw.url, timeout=30) as http:
+                assert http.post("/v1/completions", json=body, headers=headers).status_code == 200
+                with redis.Redis.from_url(url) as r:
+                    r.shutdown(nosave=True)
+                replies = [
+                    http.post("/v1/completions", json=body, headers=headers)
+                    for _ in range(FAILURES + 3)
+                ]
+                assert {(r.status_code, r.headers["retry-after"]) for r in replies} == {(503, "1")}
+                assert gw.wait_log(lambda r: str(r.get("msg")).startswith("store taken for down"))
+                with redis_server(port):  # back, empty, on the same port
+                    wait_until(
+                        lambda: (
+                            http.post("/v1/completions", json=body, headers=headers).status_code
+                            == 200
+                        ),
+                        timeout_s=20,
+                        what="a request admitted once Redis is back",
+                    )
+                    assert gw.wait_log(lambda r: r.get("msg") == "store answering again")
