@@ -10,6 +10,7 @@ throughout and serves again once Redis is back.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -108,6 +109,37 @@ async def test_a_settlement_that_succeeds_closes_the_breaker() -> None:
     store.down = False
     assert await calls.call(store.op(), refusable=False) == "ok"
     assert _state(calls) is BreakerState.CLOSED
+
+
+async def test_a_probe_whose_request_is_cancelled_still_decides() -> None:
+    """The client of the request whose call is the probe goes away: the call runs on, and
+    its outcome closes the breaker (before, the probe stayed open and every later call
+    was refused)."""
+    clock, store = Clock(), Store()
+    calls = StoreCalls(timeout_s=5.0, in_process=False, monotonic=clock)
+    store.down = True
+    for _ in range(FAILURES):
+        with pytest.raises(StoreDown):
+            await calls.call(store.op())
+    store.down = False
+    clock.now += OPEN_S
+    gate = asyncio.Event()
+
+    async def held() -> str:
+        await gate.wait()
+        return "ok"
+
+    probe = asyncio.create_task(calls.call(held))
+    await asyncio.sleep(0)  # the probe's call is made
+    assert _state(calls) is BreakerState.HALF_OPEN
+    probe.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await probe
+    gate.set()  # the store answers the call nobody waits for any more
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert _state(calls) is BreakerState.CLOSED
+    assert await calls.call(store.op()) == "ok"
 
 
 async def test_the_in_process_store_has_no_breaker() -> None:

@@ -87,21 +87,20 @@ class StoreCalls:
             self.breaker.on_attempt(now)
         left = (self.deadline() if deadline is None else deadline) - now
         task = asyncio.ensure_future(op())
+        # The breaker hears the call's own outcome, whoever still waits for it: a request
+        # cancelled while its call is the probe must not leave the probe open for ever.
+        task.add_done_callback(self._completed)
         try:
             if left > 0:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(left):
-                        result = await asyncio.shield(task)
-                        self._record(True)
-                        return result
+                        return await asyncio.shield(task)
             if task.done() and not task.cancelled():
-                result = task.result()
-                self._record(True)
-                return result
+                return task.result()
         except (StoreUnavailable, TimeoutError) as exc:
-            self._record(False)
             raise _down(exc) from exc
-        # Missed the deadline: refuse now; the call finishes (or is cancelled) behind us.
+        # Missed the deadline: a failure now (an answer that comes later counts then);
+        # refuse; the call finishes (or is cancelled) behind us.
         self._record(False)
         if late is None:
             task.cancel()
@@ -110,6 +109,11 @@ class StoreCalls:
             task.add_done_callback(self.background.discard)
         task.add_done_callback(lambda done: _consume(done, late))
         raise _down(StoreUnavailable("the store did not answer before the deadline"))
+
+    def _completed(self, task: asyncio.Future[Any]) -> None:
+        if task.cancelled():  # by the deadline (counted there) or at shutdown
+            return
+        self._record(task.exception() is None)
 
     def _record(self, ok: bool) -> None:
         was = self.breaker.state
