@@ -177,7 +177,7 @@ def test_all_proxy_in_a_secret_beside_a_literal_https_proxy_is_not_a_conflict() 
     with pytest.raises(InvalidInput, match=r"pool chat's endpoint http://tiny-lm\.ml\.svc"):
         load_gateway_spec(_with_proxy(without, secrets=secret), "spec")
     own = "    - {env: HTTPS_PROXY, secret: egress, key: url}\n"
-    with pytest.raises(InvalidInput, match="the https proxy is set both here and in spec.secrets"):
+    with pytest.raises(InvalidInput, match=r"https proxy is set both here and in spec\.secrets"):
         load_gateway_spec(_with_proxy(literal, secrets=own), "spec")
 
 

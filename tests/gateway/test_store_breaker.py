@@ -22,6 +22,7 @@ import pytest
 import redis
 
 from podserve.config.gateway_config import load_gateway_config
+from podserve.core.errors import InvalidInput
 from podserve.gateway.accounting import Accounting
 from podserve.gateway.breaker import BreakerState
 from podserve.gateway.errors import StoreDown
@@ -226,3 +227,14 @@ def test_a_gateway_refuses_while_redis_is_down_and_serves_when_it_is_back(
                         what="a request admitted once Redis is back",
                     )
                     assert gw.wait_log(lambda r: r.get("msg") == "store answering again")
+
+
+def test_the_breaker_is_configured_by_store_breaker() -> None:
+    from podserve.gateway.store.sqlite import SqliteStore
+
+    config = load_gateway_config("storeBreaker: {failures: 1, openS: 5}\n")
+    accounting = Accounting(config, SqliteStore(":memory:"))
+    assert (accounting.calls.breaker.failures, accounting.calls.breaker.open_s) == (1, 5.0)
+    for bad in ("{failures: 0}", "{openS: 0}", "{openS: 61}", "{failure: 2}"):
+        with pytest.raises(InvalidInput, match="storeBreaker"):
+            load_gateway_config(f"storeBreaker: {bad}\n")

@@ -237,6 +237,20 @@ class FailOpen(_Section):
     )
 
 
+class StoreBreaker(_Section):
+    """When a networked store is taken for down (gateway/store_calls.py)."""
+
+    failures: int = Field(
+        3, ge=1, le=1000, description="Store calls failing in a row that take it for down."
+    )
+    open_s: float = Field(
+        1.0,
+        gt=0,
+        le=60,
+        description="Seconds admission calls are refused without a call, before one probe.",
+    )
+
+
 class GatewayConfig(_Section):
     store: StoreConfig = Field(
         default_factory=lambda: SqliteStore(kind="sqlite"),
@@ -252,6 +266,7 @@ class GatewayConfig(_Section):
     )
     routing: Routing = Field(default_factory=lambda: Routing())
     fail_open: FailOpen = Field(default_factory=lambda: FailOpen())
+    store_breaker: StoreBreaker = Field(default_factory=lambda: StoreBreaker())
     store_timeout_ms: int = Field(
         40,
         ge=1,

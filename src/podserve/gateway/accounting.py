@@ -79,7 +79,11 @@ class Accounting:
         self._mono = monotonic
         # An in-process store (SQLite) cannot hang on a network: no deadline (sqlite.py).
         self.calls = StoreCalls(
-            config.store_timeout_ms / 1000, bool(getattr(store, "in_process", False)), monotonic
+            config.store_timeout_ms / 1000,
+            bool(getattr(store, "in_process", False)),
+            monotonic,
+            config.store_breaker.failures,
+            config.store_breaker.open_s,
         )
         self._keys: dict[str, tuple[KeyRecord, float]] = {}
         self._lookups: dict[str, asyncio.Future[KeyRecord | None]] = {}

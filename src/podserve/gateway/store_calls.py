@@ -14,15 +14,16 @@ made after all: released).
 **Breaker.** Without one, every request during an outage waited its whole deadline and
 left a call behind on a hung connection, so an outage at a few thousand requests a
 second held a hundred requests and their calls at once, each for 40 ms, to learn what
-the previous request had learned. After `FAILURES` calls in a row fail (refused
-connection, an error, a missed deadline), the store is taken for down for `OPEN_S` (the
-`Retry-After: 1` the refusals carry): admission calls are refused at once, 503 as before,
-or admitted by `LocalBudgets` with fail-open on. Then one admission call is let through
-as a probe; its outcome closes the breaker or opens it again (`gateway/breaker.py`, the
-shape of Envoy's outlier detection). Settlements and recorded charges are never refused
-by it: they run after the client has its answer, and refusing one would leave its hold
-to the lease, which charges it in full. Their outcomes count like any call's, so a
-settlement that succeeds closes the breaker.
+the previous request had learned. After `storeBreaker.failures` (3) calls in a row fail
+(refused connection, an error, a missed deadline), the store is taken for down for
+`storeBreaker.openS` (1 s, the `Retry-After: 1` the refusals carry): admission calls
+are refused at once, 503 as before, or admitted by `LocalBudgets` with fail-open on.
+Then one admission call is let through as a probe; its outcome closes the breaker or
+opens it again (`gateway/breaker.py`, the shape of Envoy's outlier detection).
+Settlements and recorded charges are never refused by it: they run after the client has
+its answer, and refusing one would leave its hold to the lease, which charges it in
+full. Their outcomes count like any call's, so a settlement that succeeds closes the
+breaker.
 
 The SQLite store is in process: it cannot hang on a network, so it has neither.
 """
@@ -42,7 +43,7 @@ from podserve.gateway.store.base import StoreUnavailable
 T = TypeVar("T")
 log = logging.getLogger("podserve.gateway")
 
-FAILURES = 3
+FAILURES = 3  # the config's defaults (storeBreaker)
 OPEN_S = 1.0
 
 
@@ -53,11 +54,18 @@ def _down(cause: BaseException | None = None) -> StoreDown:
 
 
 class StoreCalls:
-    def __init__(self, timeout_s: float, in_process: bool, monotonic: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        timeout_s: float,
+        in_process: bool,
+        monotonic: Callable[[], float],
+        failures: int = FAILURES,
+        open_s: float = OPEN_S,
+    ) -> None:
         self._timeout_s = timeout_s
         self._in_process = in_process
         self._mono = monotonic
-        self.breaker = Breaker(FAILURES, OPEN_S)
+        self.breaker = Breaker(failures, open_s)
         # Calls that missed their deadline and were left to finish (their `late`).
         self.background: set[asyncio.Future[Any]] = set()
 
@@ -125,7 +133,10 @@ class StoreCalls:
         if now is BreakerState.OPEN and was is not BreakerState.OPEN:
             log.warning(
                 "store taken for down: admission calls refused at once",
-                extra={"failures_in_a_row": FAILURES, "open_s": OPEN_S},
+                extra={
+                    "failures_in_a_row": self.breaker.failures,
+                    "open_s": self.breaker.open_s,
+                },
             )
         elif now is BreakerState.CLOSED and was is not BreakerState.CLOSED:
             log.info("store answering again")
