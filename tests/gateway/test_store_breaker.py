@@ -99,14 +99,20 @@ async def test_calls_in_a_row_failing_open_the_breaker_and_a_probe_closes_it() -
     assert store.calls == 5 + FAILURES
 
 
-async def test_a_settlement_that_succeeds_closes_the_breaker() -> None:
-    clock, store = Clock(), Store()
-    calls = StoreCalls(timeout_s=1.0, in_process=False, monotonic=clock)
+async def _taken_for_down(clock: Clock, store: Store) -> StoreCalls:
+    """Store calls whose breaker FAILURES failed calls in a row have opened."""
+    calls = StoreCalls(timeout_s=5.0, in_process=False, monotonic=clock)
     store.down = True
     for _ in range(FAILURES):
         with pytest.raises(StoreDown):
             await calls.call(store.op())
     assert _state(calls) is BreakerState.OPEN
+    return calls
+
+
+async def test_a_settlement_that_succeeds_closes_the_breaker() -> None:
+    clock, store = Clock(), Store()
+    calls = await _taken_for_down(clock, store)
     store.down = False
     assert await calls.call(store.op(), refusable=False) == "ok"
     assert _state(calls) is BreakerState.CLOSED
@@ -117,11 +123,7 @@ async def test_a_probe_whose_request_is_cancelled_still_decides() -> None:
     its outcome closes the breaker (before, the probe stayed open and every later call
     was refused)."""
     clock, store = Clock(), Store()
-    calls = StoreCalls(timeout_s=5.0, in_process=False, monotonic=clock)
-    store.down = True
-    for _ in range(FAILURES):
-        with pytest.raises(StoreDown):
-            await calls.call(store.op())
+    calls = await _taken_for_down(clock, store)
     store.down = False
     clock.now += OPEN_S
     gate = asyncio.Event()
