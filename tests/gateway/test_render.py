@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,10 +16,12 @@ from podserve.config.gateway_spec import load_gateway_spec
 from podserve.core.errors import InvalidInput
 from podserve.kube.lint import ALL_RULES, lint_documents
 from podserve.kube.render.gateway import render_gateway
+from podserve.kube.validation import CrdCatalog, validate_manifests
 from podserve.kube.yamlio import dump_all, parse_documents
 from tests.gateway.support import ROOT
 
 SPEC = ROOT / "examples" / "gateway" / "gateway-k8s.yaml"
+NS_LABEL = "kubernetes.io/metadata.name"
 
 
 def _render(text: str) -> list[dict[str, Any]]:  # manifests: nested YAML data
@@ -34,6 +37,8 @@ def test_render_makes_the_objects_a_replicated_proxy_needs() -> None:
         "HorizontalPodAutoscaler",
         "NetworkPolicy",
         "PodDisruptionBudget",
+        "PodMonitor",
+        "PrometheusRule",
         "Service",
     ]
     by_kind = {str(o["kind"]): o for o in objects}
@@ -51,6 +56,84 @@ def test_render_makes_the_objects_a_replicated_proxy_needs() -> None:
     config = load_gateway_config(config_text)
     assert config.store.kind == "redis-postgres"
     assert [p.weight for p in config.pools] == [95, 5]
+
+
+def test_rendered_gateway_validates_against_the_schemas() -> None:
+    """The Kubernetes OpenAPI schemas of each bundled minor version, and the shipped CRDs
+    for the PodMonitor and PrometheusRule."""
+    problems = validate_manifests(_render(SPEC.read_text()), CrdCatalog.bundled())
+    assert problems == []
+
+
+def test_the_pod_monitor_scrapes_the_gateways_own_pods_and_port() -> None:
+    by_kind = {str(o["kind"]): o for o in _render(SPEC.read_text())}
+    template = by_kind["Deployment"]["spec"]["template"]
+    monitor = by_kind["PodMonitor"]["spec"]
+    selected = monitor["selector"]["matchLabels"]
+    assert selected.items() <= template["metadata"]["labels"].items()
+    ports = {p["name"] for p in template["spec"]["containers"][0]["ports"]}
+    endpoint = monitor["podMetricsEndpoints"][0]
+    assert endpoint["port"] in ports
+    assert endpoint["path"] == "/metrics"
+    # the pod label the `gateway` series label is copied from is one the pods carry
+    source = endpoint["relabelings"][0]["sourceLabels"][0]
+    assert any(
+        source == "__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9]", "_", label)
+        for label in template["metadata"]["labels"]
+    )
+    # allowFromNamespaces limits callers to [apps]: Prometheus's namespace is let in too
+    policy = by_kind["NetworkPolicy"]["spec"]["ingress"][0]["from"]
+    names = [f["namespaceSelector"]["matchLabels"][NS_LABEL] for f in policy]
+    assert names == ["apps", "monitoring"]
+
+
+def test_the_alerts_select_series_the_gateway_exports() -> None:
+    """Each metric an alert reads is in the gateway's real exposition, with the labels the
+    alert matches on (`namespace` and `gateway` are the scrape's target labels)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from podserve.gateway.metrics import GatewayMetrics
+
+    metrics = GatewayMetrics()
+    metrics.request("tenant", "team", "m", "pool", 503).inc()
+    metrics.rejection("store").inc()
+    exported: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(metrics.exposition().decode()):
+        for sample in family.samples:
+            exported.setdefault(sample.name, set()).update(sample.labels)
+    rule = next(o for o in _render(SPEC.read_text()) if o["kind"] == "PrometheusRule")
+    alerts = rule["spec"]["groups"][0]["rules"]
+    assert {a["alert"] for a in alerts} == {
+        "PodserveGatewayStoreUnavailable",
+        "PodserveGatewayErrorRatioHigh",
+        "PodserveGatewayOverloaded",
+    }
+    for alert in alerts:
+        selectors = re.findall(r"(podserve_gateway_\w+)\{([^}]*)\}", alert["expr"])
+        assert selectors, alert["expr"]
+        for name, matchers in selectors:
+            assert name in exported, name
+            used = {m.split("=")[0].rstrip("!~") for m in matchers.split(",")}
+            assert used - {"namespace", "gateway"} <= exported[name], (name, used)
+            assert 'namespace="ml"' in matchers
+            assert 'gateway="llm-gateway"' in matchers
+    # the `reason` values the alerts match are the refusals' own
+    from podserve.gateway.errors import Overloaded, StoreDown
+
+    expressions = " ".join(a["expr"] for a in alerts)
+    for reason in (StoreDown.reason, Overloaded.reason):
+        assert f'reason="{reason}"' in expressions
+
+
+def test_monitoring_can_be_left_out() -> None:
+    text = SPEC.read_text().replace(
+        "  config:\n", "  monitoring: {podMonitor: false, rules: false}\n  config:\n", 1
+    )
+    objects = _render(text)
+    assert not {"PodMonitor", "PrometheusRule"} & {str(o["kind"]) for o in objects}
+    policy = next(o for o in objects if o["kind"] == "NetworkPolicy")["spec"]["ingress"][0]
+    names = [f["namespaceSelector"]["matchLabels"][NS_LABEL] for f in policy["from"]]
+    assert names == ["apps"]  # nothing scrapes: Prometheus's namespace is not let in
 
 
 def test_rendered_gateway_lints_clean() -> None:

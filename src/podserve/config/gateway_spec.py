@@ -87,6 +87,19 @@ class EgressProxy(_Spec):
         return out
 
 
+class GatewayMonitoring(_Spec):
+    pod_monitor: bool = Field(True, description="Render a PodMonitor scraping /metrics.")
+    rules: bool = Field(True, description="Render a PrometheusRule with the gateway's alerts.")
+    error_ratio: float = Field(
+        0.05, gt=0, lt=1, description="Alert when more than this share of requests get 5xx."
+    )
+    prometheus_namespaces: list[str] = Field(
+        default_factory=lambda: ["monitoring"],
+        description="Where Prometheus runs: let through the NetworkPolicy to /metrics when "
+        "allowFromNamespaces limits who may call the gateway.",
+    )
+
+
 class GatewaySpec(_Spec):
     image: str = Field(min_length=1, description="podserve image, pinned by tag or digest.")
     replicas: int = Field(2, ge=2, description="Floor; a proxy needs at least two.")
@@ -111,6 +124,7 @@ class GatewaySpec(_Spec):
         description="The proxy the gateway reaches upstreams through (hosted APIs from a "
         "cluster without direct egress); pool endpoints stay direct through noProxy.",
     )
+    monitoring: GatewayMonitoring = Field(default_factory=lambda: GatewayMonitoring())
     config: GatewayConfig = Field(description="The gateway config (docs/gateway.md).")
 
     @model_validator(mode="after")

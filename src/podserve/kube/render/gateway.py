@@ -1,6 +1,7 @@
 """`kind: Gateway` to manifests: ConfigMap, Deployment (>= 2 replicas, spread over nodes),
-Service, PodDisruptionBudget, HPA on CPU, NetworkPolicy. Secrets are referenced, never
-rendered: the store URL/DSN and hosted API keys come from `secretKeyRef`s.
+Service, PodDisruptionBudget, HPA on CPU, NetworkPolicy, and the PodMonitor and
+PrometheusRule (`gateway_monitoring.py`). Secrets are referenced, never rendered: the
+store URL/DSN and hosted API keys come from `secretKeyRef`s.
 
 A gateway is a CPU-bound proxy that holds no model, so CPU utilisation is the right
 autoscaling signal here (unlike a GPU model pod, where `hpa-cpu-on-gpu` objects).
@@ -16,6 +17,7 @@ import yaml
 from podserve.config.gateway_spec import Gateway
 from podserve.kube import conventions as c
 from podserve.kube.order import in_apply_order
+from podserve.kube.render.gateway_monitoring import gateway_monitoring
 from podserve.kube.render.pod import container_security, pod_security
 from podserve.kube.types import Manifest
 
@@ -188,6 +190,7 @@ def render_gateway(gw: Gateway) -> tuple[Manifest, ...]:
             },
         },
         _network_policy(gw),
+        *gateway_monitoring(gw, lambda object_name: _meta(gw, object_name), _selector(gw)),
     ]
     return tuple(in_apply_order(objects))
 
@@ -195,9 +198,12 @@ def render_gateway(gw: Gateway) -> tuple[Manifest, ...]:
 def _network_policy(gw: Gateway) -> Manifest:
     rule: dict[str, Any] = {"ports": [{"port": gw.spec.port, "protocol": "TCP"}]}
     if gw.spec.allow_from_namespaces:
+        allowed = list(gw.spec.allow_from_namespaces)
+        if gw.spec.monitoring.pod_monitor:  # Prometheus scrapes /metrics on the same port
+            allowed += [ns for ns in gw.spec.monitoring.prometheus_namespaces if ns not in allowed]
         rule["from"] = [
             {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
-            for ns in gw.spec.allow_from_namespaces
+            for ns in allowed
         ]
     return {
         "apiVersion": "networking.k8s.io/v1",

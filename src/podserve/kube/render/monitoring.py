@@ -11,7 +11,8 @@ from podserve.kube.render.variant import metadata
 from podserve.kube.types import Manifest
 
 
-def _label_rule(pod_label: str, target: str) -> dict[str, Any]:
+def label_rule(pod_label: str, target: str) -> dict[str, Any]:
+    """A relabeling copying a pod label into a series label."""
     source = "__meta_kubernetes_pod_label_" + "".join(
         ch if ch.isalnum() else "_" for ch in pod_label
     )
@@ -41,7 +42,7 @@ def metrics_pod_monitor(
                     "port": port,
                     "path": c.METRICS_PATH,
                     "interval": "15s",
-                    "relabelings": [_label_rule(pod, to) for pod, to in labels.items()],
+                    "relabelings": [label_rule(pod, to) for pod, to in labels.items()],
                 }
             ],
         },
