@@ -136,6 +136,22 @@ def test_monitoring_can_be_left_out() -> None:
     assert names == ["apps"]  # nothing scrapes: Prometheus's namespace is not let in
 
 
+def test_what_checkov_checks_holds_and_each_skip_has_its_reason() -> None:
+    """checkov 3.3.30 passes the rendered example with two reasoned skips
+    (scripts/checkov-examples.sh, docs/kubernetes.md "checkov"); kept true without it."""
+    deployment = next(o for o in _render(SPEC.read_text()) if o["kind"] == "Deployment")
+    skips = {
+        value.split("=", 1)[0]: value.split("=", 1)[1]
+        for key, value in deployment["metadata"]["annotations"].items()
+        if key.startswith("checkov.io/skip")
+    }
+    assert set(skips) == {"CKV_K8S_11", "CKV_K8S_35"}
+    assert all(len(reason) > 40 for reason in skips.values())
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert "cpu" not in container["resources"]["limits"]  # what CKV_K8S_11's skip is for
+    assert "@sha256:" in container["image"]  # CKV_K8S_43, and CKV_K8S_15 with it
+
+
 def test_rendered_gateway_lints_clean() -> None:
     documents = parse_documents(dump_all(_render(SPEC.read_text())), "rendered")
     result = lint_documents(documents, ALL_RULES)
