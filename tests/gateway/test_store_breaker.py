@@ -28,7 +28,7 @@ from podserve.gateway.breaker import BreakerState
 from podserve.gateway.errors import StoreDown
 from podserve.gateway.keys import KeyRecord, key_id_of, new_key
 from podserve.gateway.store.base import StoreUnavailable
-from podserve.gateway.store_calls import FAILURES, OPEN_S, StoreCalls
+from podserve.gateway.store_calls import FAILURES, MIN_SPAN_S, OPEN_S, StoreCalls
 from podserve.gateway.wire import Endpoint, billable
 from tests.gateway.conftest import Pods, base_config, reset_shared_store
 from tests.gateway.support import GatewayProcess, make_key, redis_server
@@ -64,14 +64,25 @@ def _state(calls: StoreCalls) -> BreakerState:
     return calls.breaker.state
 
 
+# Failures this far apart span MIN_SPAN_S by the FAILURES-th.
+STEP_S = MIN_SPAN_S / (FAILURES - 1)
+
+
+async def _fail_in_a_row(calls: StoreCalls, store: Store, clock: Clock) -> None:
+    """FAILURES failed calls, STEP_S apart: what an outage looks like to the breaker."""
+    store.down = True
+    for index in range(FAILURES):
+        if index:
+            clock.now += STEP_S
+        with pytest.raises(StoreDown):
+            await calls.call(store.op())
+
+
 async def test_calls_in_a_row_failing_open_the_breaker_and_a_probe_closes_it() -> None:
     clock, store = Clock(), Store()
     calls = StoreCalls(timeout_s=1.0, in_process=False, monotonic=clock)
     assert await calls.call(store.op()) == "ok"
-    store.down = True
-    for _ in range(FAILURES):
-        with pytest.raises(StoreDown):
-            await calls.call(store.op())
+    await _fail_in_a_row(calls, store, clock)
     assert store.calls == 1 + FAILURES
     # taken for down: refused at once, the store not called
     with pytest.raises(StoreDown) as refused:
@@ -102,10 +113,7 @@ async def test_calls_in_a_row_failing_open_the_breaker_and_a_probe_closes_it() -
 async def _taken_for_down(clock: Clock, store: Store) -> StoreCalls:
     """Store calls whose breaker FAILURES failed calls in a row have opened."""
     calls = StoreCalls(timeout_s=5.0, in_process=False, monotonic=clock)
-    store.down = True
-    for _ in range(FAILURES):
-        with pytest.raises(StoreDown):
-            await calls.call(store.op())
+    await _fail_in_a_row(calls, store, clock)
     assert _state(calls) is BreakerState.OPEN
     return calls
 
@@ -143,6 +151,30 @@ async def test_a_probe_whose_request_is_cancelled_still_decides() -> None:
         await asyncio.sleep(0)
     assert _state(calls) is BreakerState.CLOSED
     assert await calls.call(store.op()) == "ok"
+
+
+async def test_a_brownout_does_not_open_it_only_a_streak_that_lasts() -> None:
+    """Failures in a row shorter than MIN_SPAN_S (a burst of slow calls between good
+    ones, as a loaded store gives at a high request rate) leave the breaker closed."""
+    clock, store = Clock(), Store()
+    calls = StoreCalls(timeout_s=1.0, in_process=False, monotonic=clock)
+    for _ in range(3):  # bursts of failures, a success between them
+        store.down = True
+        for _ in range(FAILURES + 2):
+            clock.now += STEP_S / 4
+            with pytest.raises(StoreDown):
+                await calls.call(store.op())
+        assert _state(calls) is BreakerState.CLOSED
+        store.down = False
+        assert await calls.call(store.op()) == "ok"
+    # failures that go on past MIN_SPAN_S: an outage
+    store.down = True
+    while _state(calls) is BreakerState.CLOSED:
+        clock.now += STEP_S / 4
+        with pytest.raises(StoreDown):
+            await calls.call(store.op())
+    opened_after = round(MIN_SPAN_S / (STEP_S / 4)) + 1  # failures, STEP_S/4 apart
+    assert store.calls == 3 * (FAILURES + 3) + opened_after
 
 
 async def test_the_in_process_store_has_no_breaker() -> None:
@@ -184,7 +216,9 @@ async def test_a_hung_redis_is_left_alone_once_taken_for_down(postgres_dsn: str)
             pid = int(r.info("server")["process_id"])
         os.kill(pid, signal.SIGSTOP)
         try:
-            for _ in range(FAILURES + 3):
+            for index in range(FAILURES + 3):
+                if index:
+                    clock.now += STEP_S
                 with pytest.raises(StoreDown):
                     await accounting.admit(key, bill)
             # the calls left waiting on the hung Redis: the first FAILURES only
@@ -213,12 +247,18 @@ def test_a_gateway_refuses_while_redis_is_down_and_serves_when_it_is_back(
                 assert http.post("/v1/completions", json=body, headers=headers).status_code == 200
                 with redis.Redis.from_url(url) as r:
                     r.shutdown(nosave=True)
-                replies = [
-                    http.post("/v1/completions", json=body, headers=headers)
-                    for _ in range(FAILURES + 3)
-                ]
+                replies: list[httpx.Response] = []
+
+                def taken_for_down() -> bool:
+                    # requests until the failures in a row have spanned MIN_SPAN_S
+                    replies.append(http.post("/v1/completions", json=body, headers=headers))
+                    return any(
+                        str(r.get("msg")).startswith("store taken for down") for r in gw.logs
+                    )
+
+                wait_until(taken_for_down, timeout_s=20, what="the store taken for down")
+                assert len(replies) >= FAILURES
                 assert {(r.status_code, r.headers["retry-after"]) for r in replies} == {(503, "1")}
-                assert gw.wait_log(lambda r: str(r.get("msg")).startswith("store taken for down"))
                 with redis_server(port):  # back, empty, on the same port
                     wait_until(
                         lambda: (

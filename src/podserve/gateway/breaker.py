@@ -19,13 +19,28 @@ class BreakerState(Enum):
 
 
 class Breaker:
-    __slots__ = ("_failures", "_opened_at_s", "_state", "failures", "open_s")
+    """`min_span_s`: the failures in a row must also span this long before the breaker
+    opens. At a high request rate a brownout (a share of calls slow, the rest fine)
+    easily gives a few failures in a row, and opening on them turned a partial slowdown
+    into refusing everything; an outage keeps failing for as long as it lasts."""
 
-    def __init__(self, failures: int = 5, open_s: float = 10.0) -> None:
+    __slots__ = (
+        "_failures",
+        "_first_failure_s",
+        "_opened_at_s",
+        "_state",
+        "failures",
+        "min_span_s",
+        "open_s",
+    )
+
+    def __init__(self, failures: int = 5, open_s: float = 10.0, min_span_s: float = 0.0) -> None:
         self.failures = failures
         self.open_s = open_s
+        self.min_span_s = min_span_s
         self._state = BreakerState.CLOSED
         self._failures = 0
+        self._first_failure_s = 0.0
         self._opened_at_s = 0.0
 
     @property
@@ -50,8 +65,13 @@ class Breaker:
         self._failures = 0
 
     def on_failure(self, now_s: float) -> None:
+        if self._failures == 0:
+            self._first_failure_s = now_s
         self._failures += 1
-        if self._state is BreakerState.HALF_OPEN or self._failures >= self.failures:
+        streak = (
+            self._failures >= self.failures and now_s - self._first_failure_s >= self.min_span_s
+        )
+        if self._state is BreakerState.HALF_OPEN or streak:
             self._state = BreakerState.OPEN
             self._opened_at_s = now_s
             self._failures = 0

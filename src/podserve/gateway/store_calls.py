@@ -15,7 +15,9 @@ made after all: released).
 left a call behind on a hung connection, so an outage at a few thousand requests a
 second held a hundred requests and their calls at once, each for 40 ms, to learn what
 the previous request had learned. After `storeBreaker.failures` (3) calls in a row fail
-(refused connection, an error, a missed deadline), the store is taken for down for
+(refused connection, an error, a missed deadline), spanning at least `MIN_SPAN_S` (so a
+brownout, slow calls between good ones, is not turned into refusing everything: at a
+high request rate a few slow calls in a row come easily), the store is taken for down for
 `storeBreaker.openS` (1 s, the `Retry-After: 1` the refusals carry): admission calls
 are refused at once, 503 as before, or admitted by `LocalBudgets` with fail-open on.
 Then one admission call is let through as a probe; its outcome closes the breaker or
@@ -45,6 +47,7 @@ log = logging.getLogger("podserve.gateway")
 
 FAILURES = 3  # the config's defaults (storeBreaker)
 OPEN_S = 1.0
+MIN_SPAN_S = 0.25
 
 
 def _down(cause: BaseException | None = None) -> StoreDown:
@@ -65,7 +68,7 @@ class StoreCalls:
         self._timeout_s = timeout_s
         self._in_process = in_process
         self._mono = monotonic
-        self.breaker = Breaker(failures, open_s)
+        self.breaker = Breaker(failures, open_s, MIN_SPAN_S)
         # Calls that missed their deadline and were left to finish (their `late`).
         self.background: set[asyncio.Future[Any]] = set()
 
