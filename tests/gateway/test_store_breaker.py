@@ -11,10 +11,11 @@ throughout and serves again once Redis is back.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -29,7 +30,7 @@ from podserve.gateway.errors import StoreDown
 from podserve.gateway.keys import KeyRecord, key_id_of, new_key
 from podserve.gateway.store.base import StoreUnavailable
 from podserve.gateway.store_calls import FAILURES, MIN_SPAN_S, OPEN_S, StoreCalls
-from podserve.gateway.wire import Endpoint, billable
+from podserve.gateway.wire import Billable, Endpoint, billable
 from tests.gateway.conftest import Pods, base_config, reset_shared_store
 from tests.gateway.support import GatewayProcess, make_key, redis_server
 from tests.support.server import wait_until
@@ -177,6 +178,30 @@ async def test_a_brownout_does_not_open_it_only_a_streak_that_lasts() -> None:
     assert store.calls == 3 * (FAILURES + 3) + opened_after
 
 
+async def test_an_answer_that_is_not_an_outage_counts_as_the_store_up() -> None:
+    """Another replica rebuilding Redis's counters: the call fails, but the store
+    answered, so it ends a streak of failures and a probe (which would otherwise stay
+    in flight for ever)."""
+
+    class Rebuilding(StoreUnavailable):
+        store_down = False
+
+    async def rebuilding() -> str:
+        raise Rebuilding("another replica is rebuilding the budget counters")
+
+    clock, store = Clock(), Store()
+    calls = await _taken_for_down(clock, store)
+    clock.now += OPEN_S
+    with pytest.raises(StoreDown):  # the probe: refused, as every such call is
+        await calls.call(rebuilding)
+    assert _state(calls) is BreakerState.CLOSED
+    for _ in range(10):  # rebuilding for much longer than MIN_SPAN_S: never opened
+        clock.now += STEP_S
+        with pytest.raises(StoreDown):
+            await calls.call(rebuilding)
+    assert _state(calls) is BreakerState.CLOSED
+
+
 async def test_the_in_process_store_has_no_breaker() -> None:
     store = Store()
     calls = StoreCalls(timeout_s=1.0, in_process=True, monotonic=Clock())
@@ -193,24 +218,38 @@ storeTimeoutMs: 50
 """
 
 
+@contextlib.asynccontextmanager
+async def _on_redis(
+    postgres_dsn: str, clock: Clock, timeout_s: float
+) -> AsyncIterator[tuple[str, Accounting, KeyRecord, Billable]]:
+    """Accounting on a real Redis + PostgreSQL store, on `clock`, with a key and a bill
+    (3 prompt bytes x 1 + 8 output tokens x 2 = 19 micro-dollars held)."""
+    from podserve.gateway.store.redis_postgres import RedisPostgresStore
+
+    with redis_server() as url:
+        reset_shared_store(url, postgres_dsn)
+        store = RedisPostgresStore(url, postgres_dsn, timeout_s=timeout_s)
+        await store.setup()
+        try:
+            accounting = Accounting(load_gateway_config(CONFIG), store, monotonic=clock)
+            _, digest = new_key()
+            key = KeyRecord(
+                key_id_of(digest), digest, "t", "ns", (), 10_000, None, None, None, False,
+                time.time(),
+            )  # fmt: skip
+            await store.create_key(key)
+            bill = billable({"model": "m", "prompt": "abc", "max_tokens": 8}, Endpoint.COMPLETIONS)
+            yield url, accounting, key, bill
+        finally:
+            await store.close()
+
+
 async def test_a_hung_redis_is_left_alone_once_taken_for_down(postgres_dsn: str) -> None:
     """Without the breaker each refused request left one more reservation call waiting on
     the stopped Redis; with it, only the first FAILURES do, and the probe after OPEN_S
     finds Redis answering again."""
-    from podserve.gateway.store.redis_postgres import RedisPostgresStore
-
     clock = Clock()
-    with redis_server() as url:
-        reset_shared_store(url, postgres_dsn)
-        store = RedisPostgresStore(url, postgres_dsn, timeout_s=30.0)
-        await store.setup()
-        accounting = Accounting(load_gateway_config(CONFIG), store, monotonic=clock)
-        _, digest = new_key()
-        key = KeyRecord(
-            key_id_of(digest), digest, "t", "ns", (), 10_000, None, None, None, False, time.time()
-        )
-        await store.create_key(key)
-        bill = billable({"model": "m", "prompt": "abc", "max_tokens": 8}, Endpoint.COMPLETIONS)
+    async with _on_redis(postgres_dsn, clock, timeout_s=30.0) as (url, accounting, key, bill):
         await accounting.admit(key, bill)  # connections warm, scripts loaded
         with redis.Redis.from_url(url) as r:
             pid = int(r.info("server")["process_id"])
@@ -229,7 +268,24 @@ async def test_a_hung_redis_is_left_alone_once_taken_for_down(postgres_dsn: str)
         clock.now += OPEN_S
         assert (await accounting.admit(key, bill)).reservation_id  # the probe, admitted
         assert _state(accounting.calls) is BreakerState.CLOSED
-        await store.close()
+
+
+async def test_a_rebuild_by_another_replica_does_not_open_it(postgres_dsn: str) -> None:
+    """Redis restarted empty and another replica holds the rebuild lock: reservations
+    fail closed until the rebuild is done, and the breaker stays closed meanwhile, so
+    they are admitted as soon as it is."""
+    clock = Clock()
+    async with _on_redis(postgres_dsn, clock, timeout_s=5.0) as (url, accounting, key, bill):
+        with redis.Redis.from_url(url) as r:
+            r.flushall()  # restarted empty
+            r.set("gw:bootstrap", "another-replica", px=60_000)  # it is rebuilding
+            for _ in range(FAILURES + 5):
+                clock.now += STEP_S
+                with pytest.raises(StoreDown):
+                    await accounting.admit(key, bill)
+            assert _state(accounting.calls) is BreakerState.CLOSED
+            r.delete("gw:bootstrap")  # it gave up (or crashed): this replica rebuilds
+        assert (await accounting.admit(key, bill)).reservation_id
 
 
 def test_a_gateway_refuses_while_redis_is_down_and_serves_when_it_is_back(

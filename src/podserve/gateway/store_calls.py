@@ -124,7 +124,10 @@ class StoreCalls:
     def _completed(self, task: asyncio.Future[Any]) -> None:
         if task.cancelled():  # by the deadline (counted there) or at shutdown
             return
-        self._record(task.exception() is None)
+        error = task.exception()
+        # An error the store itself answered with (another replica rebuilding its
+        # counters) says the store is up: it counts as an answer, and ends a probe.
+        self._record(error is None or not getattr(error, "store_down", True))
 
     def _record(self, ok: bool) -> None:
         was = self.breaker.state

@@ -19,6 +19,11 @@ from podserve.gateway.keys import KeyRecord
 class StoreUnavailable(Exception):
     """The store did not answer (down, too slow, or refused the connection)."""
 
+    # Whether this failure says the store is down, for the store breaker
+    # (gateway/store_calls.py): False when the store answered and the request must only
+    # wait its turn (another replica rebuilding Redis's counters), which counts as up.
+    store_down = True
+
 
 class Outcome(StrEnum):
     OK = "ok"

@@ -80,7 +80,10 @@ _REDIS_ERRORS = (redis.exceptions.RedisError, OSError)
 
 
 class _Rebuilding(StoreUnavailable):
-    """Another replica holds the bootstrap lock: fail closed for now, or wait (setup)."""
+    """Another replica holds the bootstrap lock: fail closed for now, or wait (setup).
+    Redis answered: the store breaker counts it as the store up (store_calls.py)."""
+
+    store_down = False
 
 
 class RedisPostgresStore:
