@@ -49,7 +49,7 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -104,13 +104,16 @@ class Gateway:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> Gateway:
+    def start(
+        self,
+        entry: Sequence[str] = (sys.executable, "-m", "podserve.cli.main"),
+        env: dict[str, str] | None = None,
+    ) -> Gateway:
+        """`entry`: what runs the CLI (a probe wrapping it: gateway_steps_probe.py)."""
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
                 [
-                    sys.executable,
-                    "-m",
-                    "podserve.cli.main",
+                    *entry,
                     "gateway",
                     "--config",
                     str(self.config),
@@ -122,6 +125,7 @@ class Gateway:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.workdir,
+                env=env,
             )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

@@ -17,15 +17,12 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # The repository root, for tests.support (imported by benchmarks/gateway.py).
@@ -118,28 +115,14 @@ def main() -> int:
         "steps",
     )
     steps_out = work / "steps.jsonl"
-    with gw.log.open("ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, str(HERE / "gateway_steps_probe.py"), "gateway", "--config",
-             str(gw.config), "--host", "127.0.0.1", "--port", str(gw.port)],
-            stdout=log, stderr=subprocess.STDOUT, cwd=work,
-            env={**os.environ, "STEPS_OUT": str(steps_out)},
-        )  # fmt: skip
+    gw.start(
+        entry=(sys.executable, str(HERE / "gateway_steps_probe.py")),
+        env={**os.environ, "STEPS_OUT": str(steps_out)},
+    )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{gw.url}/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"gateway did not start: {gw.log.read_text()[-2000:]}")
-            time.sleep(0.1)  # a readiness poll
         direct, gateway = asyncio.run(_streams(pod.url, gw.url, gw.key("--team", "b"), args.rounds))
     finally:
-        proc.terminate()
-        proc.wait()
+        gw.stop()
         pod.stop()
     stamps: list[Stamps] = [json.loads(line) for line in steps_out.read_text().splitlines()]
     stamps = stamps[-len(gateway) :]

@@ -50,10 +50,8 @@ OPEN_S = 1.0
 MIN_SPAN_S = 0.25
 
 
-def _down(cause: BaseException | None = None) -> StoreDown:
-    error = StoreDown("the gateway's store is unavailable", retry_after_s=1)
-    error.__cause__ = cause
-    return error
+def _down() -> StoreDown:
+    return StoreDown("the gateway's store is unavailable", retry_after_s=1)
 
 
 class StoreCalls:
@@ -90,7 +88,7 @@ class StoreCalls:
             try:
                 return await op()
             except StoreUnavailable as exc:
-                raise _down(exc) from exc
+                raise _down() from exc
         now = self._mono()
         if refusable:
             if not self.breaker.allows(now):
@@ -109,7 +107,7 @@ class StoreCalls:
             if task.done() and not task.cancelled():
                 return task.result()
         except (StoreUnavailable, TimeoutError) as exc:
-            raise _down(exc) from exc
+            raise _down() from exc
         # Missed the deadline: a failure now (an answer that comes later counts then);
         # refuse; the call finishes (or is cancelled) behind us.
         self._record(False)
@@ -119,7 +117,8 @@ class StoreCalls:
             self.background.add(task)
             task.add_done_callback(self.background.discard)
         task.add_done_callback(lambda done: _consume(done, late))
-        raise _down(StoreUnavailable("the store did not answer before the deadline"))
+        missed = StoreUnavailable("the store did not answer before the deadline")
+        raise _down() from missed
 
     def _completed(self, task: asyncio.Future[Any]) -> None:
         if task.cancelled():  # by the deadline (counted there) or at shutdown
