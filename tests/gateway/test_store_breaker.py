@@ -330,9 +330,41 @@ def test_a_gateway_refuses_while_redis_is_down_and_serves_when_it_is_back(
 def test_the_breaker_is_configured_by_store_breaker() -> None:
     from podserve.gateway.store.sqlite import SqliteStore
 
-    config = load_gateway_config("storeBreaker: {failures: 1, openS: 5}\n")
+    config = load_gateway_config("storeBreaker: {failures: 1, openS: 5, minSpanS: 0.5}\n")
     accounting = Accounting(config, SqliteStore(":memory:"))
-    assert (accounting.calls.breaker.failures, accounting.calls.breaker.open_s) == (1, 5.0)
-    for bad in ("{failures: 0}", "{openS: 0}", "{openS: 61}", "{failure: 2}"):
+    breaker = accounting.calls.breaker
+    assert (breaker.failures, breaker.open_s, breaker.min_span_s) == (1, 5.0, 0.5)
+    default = Accounting(load_gateway_config(""), SqliteStore(":memory:"))
+    assert default.calls.breaker.min_span_s == MIN_SPAN_S
+    for bad in ("{failures: 0}", "{openS: 0}", "{openS: 61}", "{failure: 2}", "{minSpanS: -1}"):
         with pytest.raises(InvalidInput, match="storeBreaker"):
             load_gateway_config(f"storeBreaker: {bad}\n")
+
+
+async def test_a_refusal_asks_the_client_back_when_the_breaker_may_let_it_through() -> None:
+    """Retry-After is the open period's rest, rounded up: with `openS: 10`, a client told
+    `1` would be refused nine more times."""
+    clock, store = Clock(), Store()
+    calls = StoreCalls(timeout_s=1.0, in_process=False, monotonic=clock, open_s=10.0)
+    await _fail_in_a_row(calls, store, clock)
+    with pytest.raises(StoreDown) as refused:
+        await calls.call(store.op())
+    assert refused.value.retry_after_s == 10
+    clock.now += 7.5
+    with pytest.raises(StoreDown) as refused:
+        await calls.call(store.op())
+    assert refused.value.retry_after_s == 3
+    clock.now += 2.4  # 0.1 s left: never 0, a client would come straight back
+    with pytest.raises(StoreDown) as refused:
+        await calls.call(store.op())
+    assert refused.value.retry_after_s == 1
+
+
+async def test_the_span_is_the_configured_one() -> None:
+    """`minSpanS: 0` opens on failures in a row however close together; a longer span
+    keeps the same streak from opening it."""
+    for span_s, opens in ((0.0, True), (MIN_SPAN_S * 4, False)):
+        clock, store = Clock(), Store()
+        calls = StoreCalls(timeout_s=1.0, in_process=False, monotonic=clock, min_span_s=span_s)
+        await _fail_in_a_row(calls, store, clock)  # spans MIN_SPAN_S
+        assert (_state(calls) is BreakerState.OPEN) is opens

@@ -249,6 +249,15 @@ class StoreBreaker(_Section):
         le=60,
         description="Seconds admission calls are refused without a call, before one probe.",
     )
+    min_span_s: float = Field(
+        0.25,
+        ge=0,
+        le=60,
+        description=(
+            "The failures in a row must also span this many seconds: a brownout's few slow"
+            " calls between good ones do not take the store for down."
+        ),
+    )
 
 
 class GatewayConfig(_Section):

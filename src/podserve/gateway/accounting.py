@@ -84,6 +84,7 @@ class Accounting:
             monotonic,
             config.store_breaker.failures,
             config.store_breaker.open_s,
+            config.store_breaker.min_span_s,
         )
         self._keys: dict[str, tuple[KeyRecord, float]] = {}
         self._lookups: dict[str, asyncio.Future[KeyRecord | None]] = {}

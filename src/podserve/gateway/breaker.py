@@ -55,6 +55,14 @@ class Breaker:
             return now_s - self._opened_at_s >= self.open_s
         return False  # a probe is already in flight
 
+    def wait_s(self, now_s: float) -> float:
+        """How long until `allows` could say yes: the rest of the open period (0 when
+        closed or when the open period is over; a half-open breaker waits on its probe,
+        which ends within a call's deadline, so 0 there too)."""
+        if self._state is BreakerState.OPEN:
+            return max(0.0, self.open_s - (now_s - self._opened_at_s))
+        return 0.0
+
     def on_attempt(self, now_s: float) -> None:
         """A request is being sent: after the open period it becomes the one probe."""
         if self._state is BreakerState.OPEN and now_s - self._opened_at_s >= self.open_s:

@@ -15,11 +15,12 @@ made after all: released).
 left a call behind on a hung connection, so an outage at a few thousand requests a
 second held a hundred requests and their calls at once, each for 40 ms, to learn what
 the previous request had learned. After `storeBreaker.failures` (3) calls in a row fail
-(refused connection, an error, a missed deadline), spanning at least `MIN_SPAN_S` (so a
-brownout, slow calls between good ones, is not turned into refusing everything: at a
-high request rate a few slow calls in a row come easily), the store is taken for down for
-`storeBreaker.openS` (1 s, the `Retry-After: 1` the refusals carry): admission calls
-are refused at once, 503 as before, or admitted by `LocalBudgets` with fail-open on.
+(refused connection, an error, a missed deadline), spanning at least
+`storeBreaker.minSpanS` (0.25 s; so a brownout, slow calls between good ones, is not
+turned into refusing everything: at a high request rate a few slow calls in a row come
+easily), the store is taken for down for `storeBreaker.openS` (1 s): admission calls
+are refused at once, 503 with a `Retry-After` of the open period's rest, rounded up, as
+before, or admitted by `LocalBudgets` with fail-open on.
 Then one admission call is let through as a probe; its outcome closes the breaker or
 opens it again (`gateway/breaker.py`, the shape of Envoy's outlier detection).
 Settlements and recorded charges are never refused by it: they run after the client has
@@ -35,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -50,8 +52,8 @@ OPEN_S = 1.0
 MIN_SPAN_S = 0.25
 
 
-def _down() -> StoreDown:
-    return StoreDown("the gateway's store is unavailable", retry_after_s=1)
+def _down(retry_after_s: int = 1) -> StoreDown:
+    return StoreDown("the gateway's store is unavailable", retry_after_s=retry_after_s)
 
 
 class StoreCalls:
@@ -62,11 +64,12 @@ class StoreCalls:
         monotonic: Callable[[], float],
         failures: int = FAILURES,
         open_s: float = OPEN_S,
+        min_span_s: float = MIN_SPAN_S,
     ) -> None:
         self._timeout_s = timeout_s
         self._in_process = in_process
         self._mono = monotonic
-        self.breaker = Breaker(failures, open_s, MIN_SPAN_S)
+        self.breaker = Breaker(failures, open_s, min_span_s)
         # Calls that missed their deadline and were left to finish (their `late`).
         self.background: set[asyncio.Future[Any]] = set()
 
@@ -92,7 +95,9 @@ class StoreCalls:
         now = self._mono()
         if refusable:
             if not self.breaker.allows(now):
-                raise _down()
+                # A client told to come back in 1 s while the breaker stays open for
+                # `openS` = 10 would be refused ten times over.
+                raise _down(max(1, math.ceil(self.breaker.wait_s(now))))
             self.breaker.on_attempt(now)
         left = (self.deadline() if deadline is None else deadline) - now
         task = asyncio.ensure_future(op())
