@@ -188,15 +188,16 @@ class _Hosted(BaseHTTPRequestHandler):
     keys, so this one checks the key reaches the provider.)"""
 
     seen: list[tuple[str, str]] = []
+    ANSWER = (
+        b'{"id":"x","object":"text_completion","created":0,"model":"tiny-lm",'
+        b'"choices":[{"index":0,"text":"hi","finish_reason":"stop","logprobs":null}],'
+        b'"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}'
+    )
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("content-length", "0")))
         self.seen.append((self.path, self.headers.get("authorization", "")))
-        body = (
-            b'{"id":"x","object":"text_completion","created":0,"model":"tiny-lm",'
-            b'"choices":[{"index":0,"text":"hi","finish_reason":"stop","logprobs":null}],'
-            b'"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}'
-        )
+        body = self.ANSWER
         self.send_response(200)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(body)))
@@ -285,3 +286,95 @@ async def test_a_pod_is_taken_out_after_three_unanswered_scrapes() -> None:
         assert router.plan("m", 0.0) == []
     finally:
         await scraper.stop()
+
+
+class _KeyChecking(BaseHTTPRequestHandler):
+    """A hosted provider that checks its API key as OpenAI does: a wrong one gets 401 and
+    OpenAI's `invalid_api_key` error (a stand-in: no hosted API is reachable here)."""
+
+    accepted = "Bearer sk-right"
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length", "0")))
+        if self.headers.get("authorization") == self.accepted:
+            status, body = 200, _Hosted.ANSWER
+        else:
+            status = 401
+            body = (
+                b'{"error":{"message":"Incorrect API key provided","type":'
+                b'"invalid_request_error","param":null,"code":"invalid_api_key"}}'
+            )
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_provider_refusing_the_gateways_key_is_a_502_and_the_next_fallback_answers(
+    pods: Pods, tmp_path: Path
+) -> None:
+    """The client's key was good: a 401 passed on as it came told it otherwise (and the
+    OpenAI SDK does not retry an AuthenticationError). The next fallback is tried (under
+    the retry budget); with none left the client gets 502 naming the upstream, and
+    nothing is charged."""
+    # Two providers: the router's breaker is per base URL.
+    servers = [ThreadingHTTPServer(("127.0.0.1", 0), _KeyChecking) for _ in range(2)]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    dead = f"http://127.0.0.1:{free_port()}"
+
+    def fallback(name: str, env: str, server: ThreadingHTTPServer) -> dict[str, object]:
+        base_url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        return {"name": name, "baseUrl": base_url, "apiKeyEnv": env, "models": ["tiny-lm"]}
+
+    env = {"WRONG_KEY": "sk-wrong", "RIGHT_KEY": "sk-right"}
+    pools = [{"name": "chat", "models": ["tiny-lm"], "endpoints": [dead]}]
+    (tmp_path / "both").mkdir()
+    (tmp_path / "only").mkdir()
+    try:
+        both = base_config(
+            pods,
+            pools=pools,
+            fallbacks=[
+                fallback("stale", "WRONG_KEY", servers[0]),
+                fallback("good", "RIGHT_KEY", servers[1]),
+            ],
+        )
+        with GatewayProcess(both, tmp_path / "both", env=env) as gateway:
+            key, _ = make_key(gateway.config_path)
+            seen = _upstreams(gateway, key, 8)
+        # The retry budget starts empty (20% of requests): the first requests get the
+        # 502 until it holds a retry, then "good" answers, and once the breaker has
+        # taken "stale" out, "good" answers first.
+        assert {code for code, _ in seen} <= {200, 502}
+        assert seen[-2:] == [(200, "good")] * 2
+        only = base_config(
+            pods, pools=pools, fallbacks=[fallback("stale", "WRONG_KEY", servers[0])]
+        )
+        with GatewayProcess(only, tmp_path / "only", env=env) as gateway:
+            key, key_id = make_key(gateway.config_path)
+            reply = httpx.post(
+                f"{gateway.url}/v1/completions",
+                json=BODY,
+                headers={"authorization": f"Bearer {key}"},
+                timeout=60,
+            )
+            wait_until(
+                lambda: key_id in spend_by(gateway.config_path, "key"), timeout_s=10, what="settled"
+            )
+            row = spend_by(gateway.config_path, "key")[key_id]
+            refused = gateway.metric("podserve_gateway_requests_total", {"code": "502"})
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()
+    assert reply.status_code == 502, reply.text
+    error = reply.json()["error"]
+    assert "upstream 'stale' refused the gateway's credentials" in error["message"]
+    assert error["code"] == "upstream"
+    assert (row.requests, row.cost_micro) == (1, 0)
+    assert refused == 1

@@ -354,6 +354,26 @@ def test_a_gateway_reaches_its_pod_through_the_environments_proxy(
     assert f"GET {pods.a.url}/ready HTTP/1.1" in lines
 
 
+def test_a_proxy_refusing_the_gateways_credentials_is_a_502_not_the_clients_401(
+    pods: Pods, tinyproxy: Tinyproxy, tmp_path: Path
+) -> None:
+    """tinyproxy answers an absolute-form request with wrong credentials with 401 and
+    `WWW-Authenticate`, as an upstream would: passed on, it told the client its own
+    (good) key was refused."""
+    wrong = tinyproxy.url().replace(f":{PASSWORD}@", ":not-the-password@")
+    env = {"http_proxy": wrong, "HOSTED_API_KEY": "k"}
+    with GatewayProcess(base_config(pods), tmp_path, env=env) as gateway:
+        key = create_key(gateway.config_path)
+        reply = httpx.post(
+            f"{gateway.url}/v1/completions",
+            json={"model": "tiny-lm", "prompt": "hi", "max_tokens": 2},
+            headers={"authorization": f"Bearer {key}"},
+            timeout=60,
+        )
+    assert reply.status_code == 502, reply.text
+    assert "refused the gateway's credentials" in reply.json()["error"]["message"]
+
+
 def test_a_proxy_that_never_answers_connect_is_a_connect_timeout_naming_it(
     run: Callable[[Coroutine[Any, Any, Any]], Any],
 ) -> None:

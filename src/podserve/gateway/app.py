@@ -275,7 +275,7 @@ class Gateway:
                 bill.model, call.path, body, rid, renamed=renamed, passed=passed
             )
         except GatewayError as exc:
-            await self._settle(admission, Usage(0, 0), Outcome.ERROR, "", 503)
+            await self._settle(admission, Usage(0, 0), Outcome.ERROR, "", exc.status)
             return self._refuse(exc, started)
         response = attempt.response
         is_sse = response.headers.get("content-type", "").startswith("text/event-stream")

@@ -6,6 +6,14 @@ client yet, so the next target can take the request whole. Once response headers
 than those are back, the attempt is final (a stream cut in the middle is never replayed:
 the client already holds part of it).
 
+An upstream that answers 401 or 407 refused the *gateway's* credentials (a hosted API
+key, an egress proxy's: tinyproxy 1.11 answers an absolute-form request with wrong
+credentials with 401 and `WWW-Authenticate`, not 407), never the client's, which the
+gateway has already checked. Passed on as it came, it told the client its own key was
+bad (the OpenAI SDK raises `AuthenticationError` and does not retry). It is a failed
+attempt instead: the next target is tried, and when none answers the client gets 502
+naming the upstream that refused, and the operator a log line.
+
 The client is `upstream_http` (keep-alive HTTP/1.1 on httptools): the client's CPU per
 request is the gateway's overhead on the proxy's hot path, and it spends a quarter to a
 third of aiohttp's (measured in that module's docstring), which spent a tenth of httpx's.
@@ -35,6 +43,7 @@ from podserve.gateway.upstream_http import (
 
 log = logging.getLogger("podserve.gateway")
 RETRYABLE_STATUS = frozenset({502, 503, 504})
+CREDENTIALS_REFUSED = frozenset({401, 407})
 _JSON = (b"content-type", b"application/json")
 
 
@@ -133,6 +142,7 @@ class Forwarder:
             raise NoUpstream(f"no upstream can serve '{model}' now", retry_after_s=1)
         last: Attempted | None = None
         error = "no attempt made"
+        refused: str | None = None
         for index, target in enumerate(targets):
             if index > 0:
                 if not self._budget.try_retry():
@@ -160,6 +170,15 @@ class Forwarder:
                 continue
             waited = time.perf_counter() - started
             self._metrics.upstream(target.upstream).observe(waited)
+            if response.status in CREDENTIALS_REFUSED:
+                response.close()
+                self._router.on_finish(target, False, time.monotonic())
+                refused = f"upstream '{target.upstream}' refused the gateway's credentials"
+                log.warning(
+                    "upstream refused the gateway's credentials",
+                    extra={"upstream": target.upstream, "status": response.status},
+                )
+                continue
             if response.status in RETRYABLE_STATUS:
                 if last is not None:
                     last.response.close()
@@ -171,6 +190,8 @@ class Forwarder:
             return Attempted(target, response, waited, index + 1)
         if last is not None:
             return last  # every target overloaded: pass the last 503 on, as it came
+        if refused is not None:
+            raise UpstreamFailed(f"{refused} (ask the gateway's operator)")
         raise NoUpstream(f"no upstream answered for '{model}' ({error})", retry_after_s=1)
 
     def finished(self, attempt: Attempted, ok: bool) -> None:
