@@ -67,3 +67,37 @@ async def test_a_crashing_handler_is_a_json_500() -> None:
     await app(scope, receive, send)
     assert sent[0]["status"] == 500
     assert json.loads(sent[1]["body"])["error"]["message"] == "internal gateway error"
+
+
+async def test_a_reply_that_cannot_be_sent_is_still_settled() -> None:
+    """`after` (the settlement) runs when sending fails: the upstream did the work, and a
+    hold left unsettled is charged in full when its lease runs out."""
+    settled: list[bool] = []
+
+    async def settle() -> None:
+        settled.append(True)
+
+    async def answered(_call: Call) -> Reply:
+        return Reply(799, b"{}", after=settle)
+
+    async def never() -> None:
+        raise AssertionError("not called")
+
+    routes = Routes()
+    routes.add("POST", "/x", answered)
+    app = App(routes, never, never)
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    sent: list[Message] = []
+
+    async def send(message: Message) -> None:
+        if message.get("status") == 799:
+            raise KeyError(799)  # uvicorn's, for a status it has no line for
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/x", "headers": []}
+    await app(scope, receive, send)
+    assert settled == [True]
+    assert sent[0]["status"] == 500

@@ -293,6 +293,24 @@ def test_malformed_responses_and_refused_connections_are_errors(run: Any) -> Non
     run(main())
 
 
+def test_a_status_past_599_is_a_malformed_response(run: Any) -> None:
+    """httptools takes any three digits; passed on, uvicorn had no status line for it and
+    the client got no response at all."""
+
+    async def main() -> None:
+        async def weird(head: bytes, body: bytes, writer: asyncio.StreamWriter) -> bool:
+            writer.write(b"HTTP/1.1 799 Weird\r\ncontent-length: 2\r\n\r\n{}")
+            return True
+
+        async with Scripted(weird) as server:
+            client = UpstreamClient(1, 5)
+            with pytest.raises(UpstreamError, match="status 799"):
+                await client.request(b"POST", server.url(), b"", ())
+            await client.close()
+
+    run(main())
+
+
 def test_a_response_past_the_limit_is_refused(run: Any) -> None:
     async def main() -> None:
         async def big(head: bytes, body: bytes, writer: asyncio.StreamWriter) -> bool:

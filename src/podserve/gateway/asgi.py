@@ -221,9 +221,14 @@ class App:
         try:
             reply = await handler(Call(scope, receive, send, params))
             if reply is not None:
-                await reply.send_to(send)
-                if reply.after is not None:
-                    await reply.after()
+                try:
+                    await reply.send_to(send)
+                finally:
+                    # The settlement runs whether or not the reply could be sent: the
+                    # upstream did the work either way, and a hold left unsettled is
+                    # charged in full when its lease runs out.
+                    if reply.after is not None:
+                        await reply.after()
         except ClientGone:
             return
         except Exception:

@@ -131,6 +131,12 @@ class Connection(asyncio.Protocol):
         if status < 200:  # 100 Continue and the like: the real response follows
             self.headers = {}
             return
+        if status > 599:
+            # httptools takes any three digits; RFC 9110 section 15 defines 1xx-5xx. Passed
+            # on, uvicorn has no status line for it (a KeyError after the reply began): the
+            # client got nothing and the request's settlement never ran.
+            self._fail(UpstreamError(f"malformed response: status {status}"))
+            return
         self.status = status
         self.head_done = True
         chunked = "chunked" in self.headers.get("transfer-encoding", "").lower()
