@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -17,6 +19,7 @@ from podserve.gateway.budget import (
     Refusal,
     RefusalReason,
     ScopeState,
+    Usage,
     WindowState,
     grant,
     plan_hold,
@@ -262,6 +265,55 @@ def test_relay_strips_the_usage_chunk_and_counts_tokens() -> None:
     assert relay.tally.usage.completion_tokens == 2
     kept = EventRelay(keep_usage_chunk=True)
     assert b"usage" in kept.feed(stream)
+
+
+def _events(*payloads: object, sep: bytes = b"\n\n") -> bytes:
+    return b"".join(b"data: " + orjson.dumps(p) + sep for p in payloads)
+
+
+def test_stream_usage_is_read_as_counts_and_the_largest_is_kept() -> None:
+    """A negative count credited the budget; a later chunk of zeros made the request
+    free; bools counted as tokens. Usage is read as the non-streamed path reads it."""
+    token = {"choices": [{"index": 0, "text": "a"}]}
+    for bad in (
+        {"prompt_tokens": -1_000_000, "completion_tokens": 2},
+        {"prompt_tokens": True, "completion_tokens": True},
+        {"prompt_tokens": 2**63 - 1, "completion_tokens": 2},
+    ):
+        relay = EventRelay(keep_usage_chunk=False)
+        relay.feed(_events(token, {"choices": [], "usage": bad}))
+        assert relay.tally.usage is None, bad  # unreadable: the hold is charged
+    relay = EventRelay(keep_usage_chunk=False)
+    relay.feed(
+        _events(
+            {**token, "usage": {"prompt_tokens": 4, "completion_tokens": 1}},  # cumulative
+            {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 2}},
+            {"choices": [], "usage": {"prompt_tokens": 0, "completion_tokens": 0}},
+        )
+    )
+    assert relay.tally.usage == Usage(4, 2)
+
+
+@pytest.mark.parametrize("sep", [b"\n\n", b"\r\n\r\n", b"\r\r"])
+def test_a_burst_of_events_in_one_read_is_relayed_whole(sep: bytes) -> None:
+    """20,000 events in one read (a hosted API or a buffering proxy delivers bursts): each
+    is relayed and counted, and the usage chunk is found after them."""
+    token = {"choices": [{"index": 0, "text": "a"}]}
+    usage = {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 20_000}}
+    stream = _events(*([token] * 20_000), usage, sep=sep) + b"data: [DONE]" + sep
+    relay = EventRelay(keep_usage_chunk=False)
+    out = relay.feed(stream[:-1]) + relay.feed(stream[-1:])  # the last separator split
+    assert out == _events(*([token] * 20_000), sep=sep) + b"data: [DONE]" + sep
+    assert relay.tally.tokens_sent == 20_000
+    assert relay.tally.usage == Usage(3, 20_000)
+
+
+def test_an_event_end_split_across_reads_is_found() -> None:
+    stream = _events({"choices": [{"index": 0, "text": "a"}]}, sep=b"\r\n\r\n")
+    for cut in range(1, len(stream)):
+        relay = EventRelay(keep_usage_chunk=False)
+        assert relay.feed(stream[:cut]) + relay.feed(stream[cut:]) == stream
+        assert relay.tally.tokens_sent == 1
 
 
 def test_round_robin_ignores_load() -> None:

@@ -71,6 +71,13 @@ def test_usage_inside_a_string_is_not_taken_for_the_key() -> None:
         {"prompt_tokens": True},
         {"completion_tokens": 5},
         [1, 2],
+        # an invalid completion count makes the whole usage unreadable (it was taken for 0)
+        {"prompt_tokens": 3, "completion_tokens": -5},
+        {"prompt_tokens": 3, "completion_tokens": True},
+        {"prompt_tokens": 3, "completion_tokens": 1.5},
+        # past any real request: a cost from it overflowed SQLite's 64-bit integers
+        {"prompt_tokens": 2**63 - 1, "completion_tokens": 1},
+        {"prompt_tokens": 1, "completion_tokens": 2**32},
     ],
 )
 def test_a_usage_that_is_not_counts_is_none(usage: object) -> None:
@@ -160,3 +167,9 @@ async def test_a_model_without_a_tokenizer_is_bounded_by_bytes_inline() -> None:
     prompts = PromptCounting({})
     assert await prompts.count("other", ["abc", "ü"]) == 5 + 2 * SPECIALS_PER_TEXT
     prompts.close()
+
+
+def test_a_null_or_missing_completion_count_is_zero() -> None:
+    """Embeddings report no completion tokens (OpenAI leaves the key out)."""
+    for usage in ({"prompt_tokens": 4}, {"prompt_tokens": 4, "completion_tokens": None}):
+        assert reported_usage(orjson.dumps({"usage": usage})) == Usage(4, 0)

@@ -9,7 +9,10 @@ after `data`/`choices`, and the byte sequence `"usage"` followed by `:` cannot o
 inside a JSON string (its quotes would be escaped), only as a key.
 
 A response that reports no usage (or whose usage cannot be read) is charged what its
-reservation held: the prompt and the whole output cap. That never undercharges.
+reservation held: the prompt and the whole output cap. That never undercharges. A count
+that is not a count (negative, a bool, a float) or past `MAX_REPORTED_TOKENS` makes the
+usage unreadable: a negative count credited the budget, and one past 2**63 overflowed
+SQLite's integers and failed the settlements committed with it.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ import orjson
 from podserve.gateway.budget import Usage
 
 FULL_PARSE_MAX_BYTES = 64 * 1024
+# No request comes near 4 billion tokens; at the dearest price the config allows (10,000
+# USD per million) a cost from counts below this fits a 64-bit integer many times over.
+MAX_REPORTED_TOKENS = 2**32 - 1
 _USAGE_OBJECT_MAX_BYTES = 4096  # usage and its *_tokens_details: a few hundred bytes
 
 
@@ -47,16 +53,25 @@ def reported_usage(content: bytes) -> Usage | None:
         except orjson.JSONDecodeError:
             return None
         usage = payload.get("usage") if isinstance(payload, dict) else None
+    return usage_of(usage)
+
+
+def usage_of(usage: object) -> Usage | None:
+    """A `usage` object's counts, or None when they cannot be trusted: `prompt_tokens`
+    must be a count; a missing or null `completion_tokens` (embeddings) is 0, an invalid
+    one makes the whole usage unreadable."""
     if not isinstance(usage, dict):
         return None
     prompt = _count(usage.get("prompt_tokens"))
-    if prompt is None:
+    given = usage.get("completion_tokens")
+    completion = 0 if given is None else _count(given)
+    if prompt is None or completion is None:
         return None
-    return Usage(prompt, _count(usage.get("completion_tokens")) or 0)
+    return Usage(prompt, completion)
 
 
 def _count(value: object) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_REPORTED_TOKENS:
         return value
     return None
 
