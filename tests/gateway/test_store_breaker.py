@@ -202,14 +202,20 @@ async def test_an_answer_that_is_not_an_outage_counts_as_the_store_up() -> None:
     assert _state(calls) is BreakerState.CLOSED
 
 
-async def test_the_in_process_store_has_no_breaker() -> None:
-    store = Store()
-    calls = StoreCalls(timeout_s=1.0, in_process=True, monotonic=Clock())
-    store.down = True
-    for _ in range(FAILURES + 2):
-        with pytest.raises(StoreDown):
-            await calls.call(store.op())
-    assert store.calls == FAILURES + 2
+async def test_the_in_process_store_has_the_breaker_too() -> None:
+    """SQLite cannot hang on a network, but a file another writer holds locked fails each
+    transaction only after the busy timeout, waited on the event loop: once taken for
+    down, admission calls stop waiting it out."""
+    clock, store = Clock(), Store()
+    calls = StoreCalls(timeout_s=1.0, in_process=True, monotonic=clock)
+    await _fail_in_a_row(calls, store, clock)
+    with pytest.raises(StoreDown):
+        await calls.call(store.op())
+    assert store.calls == FAILURES
+    store.down = False
+    clock.now += OPEN_S
+    assert await calls.call(store.op()) == "ok"
+    assert _state(calls) is BreakerState.CLOSED
 
 
 CONFIG = """
@@ -368,3 +374,45 @@ async def test_the_span_is_the_configured_one() -> None:
         calls = StoreCalls(timeout_s=1.0, in_process=False, monotonic=clock, min_span_s=span_s)
         await _fail_in_a_row(calls, store, clock)  # spans MIN_SPAN_S
         assert (_state(calls) is BreakerState.OPEN) is opens
+
+
+async def test_a_settlement_the_store_did_not_take_is_retried_not_charged_in_full(
+    tmp_path: Path,
+) -> None:
+    """Another writer holds the SQLite file locked (a backup, a `sqlite3` shell) while a
+    request settles: the settlement fails after the busy timeout, not 5 s later on the
+    event loop; housekeeping settles it once the lock is gone, at its real usage, where
+    before its lease charged the whole hold."""
+    import sqlite3
+
+    from podserve.gateway.budget import Usage
+    from podserve.gateway.store.base import Outcome
+    from podserve.gateway.store.sqlite import SqliteStore
+
+    path = tmp_path / "gateway.db"
+    store = SqliteStore(path, busy_timeout_s=0.05)
+    accounting = Accounting(load_gateway_config(CONFIG), store)
+    _, digest = new_key()
+    key = KeyRecord(
+        key_id_of(digest), digest, "t", "ns", (), 10_000, None, None, None, False, time.time()
+    )
+    await store.create_key(key)
+    bill = billable({"model": "m", "prompt": "abc", "max_tokens": 8}, Endpoint.COMPLETIONS)
+    admission = await accounting.admit(key, bill)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # the write lock, held
+    try:
+        assert await accounting.settle(admission, Usage(3, 2), Outcome.OK, "up") == 7
+        with pytest.raises(StoreDown):
+            await accounting.retry_settlements()  # still locked: kept for the next round
+        # while it is locked, admission fails closed
+        with pytest.raises(StoreDown):
+            await accounting.admit(key, bill)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert await accounting.retry_settlements() == 0
+    rows = sqlite3.connect(path).execute(
+        "SELECT prompt_tokens, completion_tokens, cost_micro, status FROM ledger"
+    )
+    assert list(rows) == [(3, 2, 7, "ok")]

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -47,6 +48,7 @@ from podserve.gateway.store_calls import StoreCalls
 from podserve.gateway.wire import Billable, Endpoint
 
 _BUDGET_POLL_S = 0.025
+MAX_UNSETTLED = 100_000  # settlements held for retry: a few MB at most
 log = logging.getLogger("podserve.gateway")
 
 
@@ -90,6 +92,10 @@ class Accounting:
         self._lookups: dict[str, asyncio.Future[KeyRecord | None]] = {}
         self._settled = asyncio.Event()  # replaced after each settlement: wakes waiters
         self._local = LocalBudgets(config.fail_open.replicas)
+        # Settlements the store did not take (down, or a SQLite file locked by another
+        # writer): housekeeping retries them until it does or their lease runs out
+        # (`retry_settlements`). Dropped, each lease charged its request in full.
+        self._unsettled: deque[Settlement] = deque(maxlen=MAX_UNSETTLED)
         self.prices = price_table(config)
         # The releases of reservations made after their deadline.
         self._background: set[asyncio.Future[Any]] = set()
@@ -296,6 +302,17 @@ class Accounting:
             self._settled.set()
             self._settled = asyncio.Event()
 
+    async def retry_settlements(self) -> int:
+        """Settle again what the store did not take; how many are still waiting. A
+        settlement is idempotent (the second finds its reservation gone), and one whose
+        lease ran out meanwhile finds it charged: either way it is done."""
+        unsettled = self._unsettled
+        while unsettled:
+            settlement = unsettled[0]
+            await self.calls.call(partial(self.store.settle, settlement), refusable=False)
+            unsettled.popleft()
+        return len(unsettled)
+
     async def flush_offline(self) -> int:
         """Record the charges made while the store was down; how many are still pending."""
         pending = self._local.pending
@@ -326,8 +343,14 @@ class Accounting:
         try:
             await self.calls.call(lambda: self.store.settle(settlement), refusable=False)
         except StoreDown:
-            # The reservation stays held; its lease expires and charges it in full.
-            log.error("settlement failed: the lease will charge the reservation")
+            # The reservation stays held; retried by housekeeping, and if the store is not
+            # back before its lease runs out, the lease charges it in full.
+            self._unsettled.append(settlement)
+            log.error("settlement failed: retried until the reservation's lease runs out")
+        except Exception:
+            # Not the store's failure (a bug): this request's reservation is left to its
+            # lease; the request and the others settling with it go on.
+            log.exception("settlement failed: the lease will charge the reservation")
         return cost
 
 

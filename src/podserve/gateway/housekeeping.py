@@ -1,5 +1,6 @@
 """The gateway's background round: leases that ran out are charged, charges made while
-the store was down are recorded, and the ledger's batched writes are drained."""
+the store was down are recorded, settlements it did not take are retried, and the
+ledger's batched writes are drained."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ async def housekeep(accounting: Accounting, lease_s: float) -> None:
                 await store.expire_leases(time.time())
                 last_lease = time.monotonic()
             await accounting.flush_offline()
+            await accounting.retry_settlements()
             drain = getattr(store, "drain_ledger", None)
             if drain is not None:
                 await drain()

@@ -31,7 +31,7 @@ async def serve_gateway(
     ]
     if missing:
         log.warning("fallback API key env vars are unset", extra={"env": missing})
-    gateway = Gateway(config, open_store(config, env), hosted_keys, proxies)
+    gateway = Gateway(config, open_store(config, env, serving=True), hosted_keys, proxies)
     uv_config = uvicorn.Config(
         gateway.asgi(),
         host=host,

@@ -28,7 +28,10 @@ its answer, and refusing one would leave its hold to the lease, which charges it
 full. Their outcomes count like any call's, so a settlement that succeeds closes the
 breaker.
 
-The SQLite store is in process: it cannot hang on a network, so it has neither.
+The SQLite store is in process: it cannot hang on a network, so it has no deadline.
+It has the breaker: a file another writer holds locked (a backup, a `sqlite3` shell)
+fails each transaction after SQLite's busy timeout (`storeTimeoutMs`, waited on the
+event loop's thread), and without the breaker every request would wait it out in turn.
 """
 
 from __future__ import annotations
@@ -87,11 +90,6 @@ class StoreCalls:
     ) -> T:
         """`op()` under the deadline (`deadline`, else `storeTimeoutMs` from now); not made
         at all, StoreDown at once, when `refusable` and the breaker is open."""
-        if self._in_process:
-            try:
-                return await op()
-            except StoreUnavailable as exc:
-                raise _down() from exc
         now = self._mono()
         if refusable:
             if not self.breaker.allows(now):
@@ -99,6 +97,14 @@ class StoreCalls:
                 # `openS` = 10 would be refused ten times over.
                 raise _down(max(1, math.ceil(self.breaker.wait_s(now))))
             self.breaker.on_attempt(now)
+        if self._in_process:
+            try:
+                result = await op()
+            except StoreUnavailable as exc:
+                self._record(False)
+                raise _down() from exc
+            self._record(True)
+            return result
         left = (self.deadline() if deadline is None else deadline) - now
         task = asyncio.ensure_future(op())
         # The breaker hears the call's own outcome, whoever still waits for it: a request

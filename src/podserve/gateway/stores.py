@@ -9,8 +9,10 @@ from podserve.gateway.errors import InvalidRequest
 from podserve.gateway.store.base import Store
 
 
-def open_store(config: GatewayConfig, env: Mapping[str, str]) -> Store:
-    """The configured store (the CLI passes its environment for the *Env settings)."""
+def open_store(config: GatewayConfig, env: Mapping[str, str], serving: bool = False) -> Store:
+    """The configured store (the CLI passes its environment for the *Env settings).
+    `serving`: for the gateway's event loop, where SQLite may wait for another writer's
+    lock no longer than `storeTimeoutMs` (the CLI waits its 5 s)."""
     store = config.store
     timeout_s = config.store_timeout_ms / 1000
     if isinstance(store, RedisPostgresStore):
@@ -24,4 +26,6 @@ def open_store(config: GatewayConfig, env: Mapping[str, str]) -> Store:
         return Shared(redis_url, dsn, max(0.5, timeout_s), cluster=store.redis_cluster)
     from podserve.gateway.store.sqlite import SqliteStore
 
+    if serving:
+        return SqliteStore(store.path, busy_timeout_s=timeout_s)
     return SqliteStore(store.path)

@@ -112,13 +112,23 @@ _Op = Callable[[Tx], Any]
 class SqliteStore:
     in_process = True
 
-    def __init__(self, path: str | Path, *, wall: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        wall: Callable[[], float] = time.time,
+        busy_timeout_s: float = 5.0,
+    ) -> None:
+        """`busy_timeout_s`: how long a transaction waits for another writer's lock (the
+        `keys` CLI, a backup, a `sqlite3` shell) before it fails as the store down. The
+        wait blocks the thread: the gateway passes its `storeTimeoutMs`, since on its
+        event loop a 5 s wait held `/healthz` and every request for 5 s."""
         if sqlite3.sqlite_version_info < (3, 35):  # DELETE ... RETURNING in sqlite_ops.settle
             raise StoreUnavailable(
                 f"sqlite store needs SQLite 3.35 or later; this Python has {sqlite3.sqlite_version}"
             )
         try:
-            self._db = sqlite3.connect(str(path), isolation_level=None, timeout=5.0)
+            self._db = sqlite3.connect(str(path), isolation_level=None, timeout=busy_timeout_s)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
@@ -158,15 +168,41 @@ class SqliteStore:
             with self._tx() as tx:
                 results = [queued(tx) for queued, _ in live]
                 mine = None if op is None else op(tx)
-        except Exception as exc:  # all or nothing: every caller sees the failure
+        except StoreUnavailable as exc:  # the database failed: every caller sees it
             for _, future in live:
                 if not future.done():
                     future.set_exception(exc)
             raise
+        except Exception:
+            if not live:
+                raise
+            # One operation raised (a bug, a value the database cannot hold), and took
+            # the transaction down with it. Run them again one transaction each, so
+            # only its caller fails: the others' settlements were lost with it before,
+            # and their leases charged them in full.
+            return self._one_by_one(live, op)
         for (_, future), done in zip(live, results, strict=True):
             if not future.done():
                 future.set_result(done)
         return mine
+
+    def _one_by_one(
+        self, live: list[tuple[_Op, asyncio.Future[Any]]], op: Callable[[Tx], T] | None
+    ) -> T | None:
+        for queued, future in live:
+            try:
+                with self._tx() as tx:
+                    done = queued(tx)
+            except Exception as exc:
+                if not future.done():
+                    future.set_exception(exc)
+            else:
+                if not future.done():
+                    future.set_result(done)
+        if op is None:
+            return None
+        with self._tx() as tx:
+            return op(tx)
 
     @contextmanager
     def _tx(self) -> Iterator[Tx]:
