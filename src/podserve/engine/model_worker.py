@@ -53,6 +53,7 @@ from podserve.engine.turn_coalescing import TurnCoalescing
 from podserve.obs.metrics import ModelMetrics
 from podserve.runtimes.base import ModelAPI
 from podserve.runtimes.batch_call import Outcome
+from podserve.runtimes.batch_dimension import shared_rows
 
 log = logging.getLogger("podserve.engine")
 
@@ -219,7 +220,13 @@ class ModelWorker:
     def _admit(self, request: InferRequest) -> int:
         """Refuse early and clearly; return the rows the request adds to a batch."""
         self.model.validate(request)
-        rows = _rows_of(request)
+        if self.batching_enabled:
+            # Batched requests are concatenated input by input: inputs whose batch sizes
+            # differ would hand a neighbour's rows to this request's answer, and this
+            # request's to theirs (runtimes/batch_dimension.py).
+            rows = shared_rows(((t.name, t.data) for t in request.inputs), self.name)
+        else:
+            rows = _rows_of(request)
         limit = self._policy.limit_rows
         if self.batching_enabled and rows > limit:
             raise InvalidInput(
@@ -400,6 +407,8 @@ class ModelWorker:
 
 
 def _rows_of(request: InferRequest) -> int:
+    """Rows of a request to a model that does not batch: its first input's first
+    dimension (its inputs need not agree; each request is computed alone)."""
     for tensor in request.inputs:
         return int(tensor.data.shape[0]) if tensor.data.ndim else 1
     return 1

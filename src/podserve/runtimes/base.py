@@ -19,6 +19,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -28,11 +29,13 @@ from podserve.config.model_config import ModelConfig
 from podserve.core.errors import InvalidInput
 from podserve.core.tensors import Datatype, InferRequest, Tensor, TensorSpec
 from podserve.core.types import Array
+from podserve.runtimes.error_quotes import QUOTED_NAMES, quote
 from podserve.runtimes.parameters import (
     OpenParameters,
     RuntimeParameters,
     validate_parameters,
 )
+from podserve.runtimes.requested_outputs import check_requested
 
 Payload = dict[str, Array]
 P = TypeVar("P", bound=RuntimeParameters)
@@ -90,9 +93,14 @@ class ModelAPI(abc.ABC):
     def validate(self, request: InferRequest) -> None:
         """Cheap checks the engine runs on the event loop before queueing, so malformed
         requests are refused before they cost a worker anything. The default checks each
-        declared input is present with the declared datatype and a compatible shape."""
-        if not self.inputs:
-            return
+        declared input is present with the declared datatype and a compatible shape, and
+        each requested output is a declared one, asked for once."""
+        if self.inputs:
+            self._validate_inputs(request)
+        if self.outputs:
+            check_requested(request.outputs, [s.name for s in self.outputs], request.model_name)
+
+    def _validate_inputs(self, request: InferRequest) -> None:
         given = request.input_map()
         for spec in self.inputs:
             tensor = given.get(spec.name)
@@ -111,9 +119,13 @@ class ModelAPI(abc.ABC):
                     f"{list(spec.shape)} (-1 = any)"
                 )
         if len(given) != len(self.inputs):
-            unknown = set(given) - {s.name for s in self.inputs}
+            # Every declared input is there, so the rest are unknown: quote a few, count
+            # them all, without sorting what may be a client's million names.
+            declared = {s.name for s in self.inputs}
+            unknown = list(islice((n for n in given if n not in declared), QUOTED_NAMES))
             raise InvalidInput(
-                f"unknown input(s) {sorted(unknown)}; expected {[s.name for s in self.inputs]}"
+                f"unknown input(s) {quote(unknown, total=len(given) - len(declared))}; "
+                f"expected {quote([s.name for s in self.inputs])}"
             )
 
     def preprocess(self, request: InferRequest) -> Payload:
@@ -126,14 +138,10 @@ class ModelAPI(abc.ABC):
         """Compute outputs for a batch; arrays keep the batch axis first."""
 
     def postprocess(self, outputs: Payload, request: InferRequest) -> tuple[Tensor, ...]:
+        # `validate` checked the names against the declared outputs; a model that declares
+        # none is checked here, against what it produced.
+        check_requested(request.outputs, list(outputs), request.model_name)
         wanted = {o.name for o in request.outputs}
-        if wanted:
-            unknown = wanted - set(outputs)
-            if unknown:
-                raise InvalidInput(
-                    f"unknown requested output(s) {sorted(unknown)}; model "
-                    f"produces {sorted(outputs)}"
-                )
         return tuple(
             Tensor(name=name, datatype=Datatype.from_numpy(array.dtype), data=array)
             for name, array in outputs.items()

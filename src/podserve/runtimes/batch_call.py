@@ -20,6 +20,7 @@ import numpy as np
 from podserve.core.errors import InferenceFailed, InvalidInput, PodserveError
 from podserve.core.tensors import InferRequest, Tensor
 from podserve.runtimes.base import ModelAPI, Payload
+from podserve.runtimes.batch_dimension import shared_rows
 
 log = logging.getLogger("podserve.runtimes")
 
@@ -72,6 +73,8 @@ def run_batch(
         try:
             if validate:
                 model.validate(request)
+                if model.supports_batching:  # batched below: inputs must share rows
+                    shared_rows(((t.name, t.data) for t in request.inputs), name)
             payloads.append((i, model.preprocess(request)))
         except Exception as exc:
             fail(i, exc, "preprocess")
@@ -79,7 +82,7 @@ def run_batch(
     if len(payloads) > 1 and model.supports_batching:
         started = clock()
         try:
-            split = predict_batch(model, [p for _, p in payloads])
+            split = predict_batch(model, [p for _, p in payloads], name=name)
         except Exception as exc:
             phases.predict += clock() - started
             log.warning(
@@ -104,11 +107,19 @@ def run_batch(
     return [o if o is not None else InferenceFailed("no outcome") for o in outcomes]
 
 
-def predict_batch(model: ModelAPI, payloads: list[Payload]) -> list[Payload]:
-    """Concatenate payloads on axis 0, predict once, split the outputs back by rows."""
+def predict_batch(model: ModelAPI, payloads: list[Payload], *, name: str) -> list[Payload]:
+    """Concatenate payloads on axis 0, predict once, split the outputs back by rows.
+
+    Raises, computing nothing, when the payloads cannot be concatenated row for row:
+    different keys, or arrays within one payload whose first dimensions differ (each key
+    is concatenated on its own, so such a payload would shift its neighbours' rows).
+    Requests are refused for that before they are queued; this guards what a model's
+    `preprocess` returns, and `run_batch` then computes the requests one by one."""
     names = payloads[0].keys()
     if any(p.keys() != names for p in payloads):
         raise InvalidInput("requests in a batch carry different inputs")
+    for payload in payloads:
+        shared_rows(payload.items(), name)
     merged = {key: np.concatenate([p[key] for p in payloads]) for key in names}
     outputs = model.predict(merged)
     sizes = [model.batch_size(p) for p in payloads]
