@@ -10,6 +10,13 @@ Versions: each (name, version) is its own entry; a request without a version (or
 `latest`) goes to the highest version. With a memory budget, loading a model first
 unloads the least recently used idle models until it fits; a model with requests in
 flight is never unloaded, and a model that cannot fit even then is refused with 503.
+
+Loads and unloads of one model (one version) take turns, in the order they arrive, as in
+Triton: a load sent while an unload waits for requests in flight waits for that unload,
+then loads; an unload sent during a load waits for the load, then unloads. The state
+after them is what the last request asked for, and every instance loaded is closed once.
+A load or unload, once started, finishes even if its caller stops waiting: cut short, it
+would leave a model LOADING or UNLOADING for good, or an instance nobody closes.
 """
 
 from __future__ import annotations
@@ -18,9 +25,10 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from podserve.config.model_config import ModelConfig
 from podserve.core.clock import Clock
@@ -63,6 +71,7 @@ class ModelEntry:
     load_seconds: float | None = None
     memory_bytes: int = 0
     last_used_s: float = 0.0
+    # Held by the load or unload in progress; asyncio.Lock hands it on in arrival order.
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
@@ -107,6 +116,8 @@ class ModelRepository:
         self._engines = engines
         # One memory decision at a time, so two loads never both count the same free room.
         self._budget_lock = asyncio.Lock()
+        # Loads and unloads whose callers may have left: held here until they finish.
+        self._operations: set[asyncio.Task[None]] = set()
         self.last_progress_s = clock.now_s()
 
     # --- lookup ------------------------------------------------------------------------
@@ -177,7 +188,11 @@ class ModelRepository:
 
     async def load(self, name: str, version: str | None = None) -> None:
         entry = self.entry(name, version)
-        async with entry.lock:
+        await self._carry_out(self._load_entry(entry))
+
+    async def _load_entry(self, entry: ModelEntry) -> None:
+        name = entry.name
+        async with self._turn(entry, "load"):
             if entry.state is ModelState.READY:
                 return
             entry.state, entry.error = ModelState.LOADING, None
@@ -253,7 +268,10 @@ class ModelRepository:
                 )
                 if self._on_event is not None:
                     self._on_event("eviction", victim)
-                await self._unload_entry(victim)
+                # Not held (a model being loaded or unloaded is never picked), so this never
+                # waits for a load that waits for the budget lock held here.
+                async with victim.lock:
+                    await self._unload_entry(victim)
 
     def _least_recently_used_idle(self, exclude: ModelEntry) -> ModelEntry | None:
         idle = [
@@ -261,6 +279,7 @@ class ModelRepository:
             for e in self._entries.values()
             if e is not exclude
             and e.state is ModelState.READY
+            and not e.lock.locked()
             and e.worker is not None
             and e.worker.inflight == 0
         ]
@@ -274,22 +293,66 @@ class ModelRepository:
             if version
             else [self._entries[(name, v)] for v in self.versions(self.entry(name).name)]
         )
-        for entry in targets:
-            await self._unload_entry(entry)
+        await self._carry_out(self._unload_all(targets))
+
+    async def _unload_all(self, targets: list[ModelEntry]) -> None:
+        # Every version's turn first, so a load sent while an earlier version drains waits
+        # for this unload instead of finding the latest still READY. Always taken in
+        # version order, so two unloads of a model cannot each hold what the other needs.
+        async with contextlib.AsyncExitStack() as turns:
+            for entry in targets:
+                await turns.enter_async_context(self._turn(entry, "unload"))
+            for entry in targets:
+                await self._unload_entry(entry)
 
     async def _unload_entry(self, entry: ModelEntry) -> None:
-        """Stop taking requests for the model, let admitted ones finish, then free it."""
+        """Stop taking requests for the model, let admitted ones finish, then free it.
+        The caller holds `entry.lock`."""
         worker = entry.worker
         if worker is None:
-            if entry.state is not ModelState.LOADING:
-                entry.state, entry.error = ModelState.UNAVAILABLE, None
+            entry.state, entry.error = ModelState.UNAVAILABLE, None
             return
         entry.state = ModelState.UNLOADING
         await worker.wait_idle()
         entry.worker = None
-        await asyncio.to_thread(worker.close)
-        entry.state = ModelState.UNAVAILABLE
+        try:
+            await asyncio.to_thread(worker.close)
+        finally:
+            entry.state = ModelState.UNAVAILABLE
         log.info("model unloaded", extra={"model": entry.name, "version": entry.version})
+
+    # --- turns -------------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def _turn(self, entry: ModelEntry, action: str) -> AsyncIterator[None]:
+        """The model's lock, for one load or unload; says so when it has to wait, since
+        the request then takes as long as the other operation plus its own."""
+        if entry.lock.locked():
+            log.info(
+                "waiting for the model's load or unload in progress",
+                extra={"model": entry.name, "version": entry.version, "action": action},
+            )
+        async with entry.lock:
+            yield
+
+    async def _carry_out(self, operation: Coroutine[Any, Any, None]) -> None:
+        """Run a load or unload to its end even if the caller is cancelled (a gRPC deadline,
+        a client gone): the caller stops waiting, the operation does not."""
+        task = asyncio.ensure_future(operation)
+        self._operations.add(task)
+        task.add_done_callback(self._operations.discard)
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(_log_unheard_failure)
+            raise
+
+
+def _log_unheard_failure(task: asyncio.Task[None]) -> None:
+    """A load or unload whose caller left cannot answer anyone: its failure goes to the log
+    (the entry keeps a load's error for /ready and the index as well)."""
+    error = None if task.cancelled() else task.exception()
+    if error is not None:
+        log.error("model load or unload failed after its caller left", exc_info=error)
 
 
 def _version_key(version: str) -> tuple[int, int | str]:

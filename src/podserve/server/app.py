@@ -32,6 +32,7 @@ from podserve.server.http import (
 from podserve.server.routes_generate import GenerateRoutes
 from podserve.server.routes_health import HealthRoutes
 from podserve.server.routes_openai import OpenAIRoutes
+from podserve.server.routes_openai_models import MODEL_PATH_PREFIX, OpenAIModelRoutes
 from podserve.server.routes_shm import REGION, SharedMemoryRoutes
 from podserve.server.routes_v2 import V2Routes
 
@@ -104,7 +105,9 @@ class App:
             self._static[prefix + "status"] = actions["status"]
             self._static[prefix + "unregister"] = actions["unregister"]
         openai = OpenAIRoutes(dataplane, self.decoding)
-        self._static["/v1/models"] = {"GET": Route(openai.models, openai=True)}
+        # the list and each model, with one `created` time
+        self._openai_models = OpenAIModelRoutes(dataplane)
+        self._static["/v1/models"] = {"GET": Route(self._openai_models.models, openai=True)}
         self._static["/v1/completions"] = {
             "POST": Route(
                 openai.completions, inference=True, endpoint="openai.completions", openai=True
@@ -182,6 +185,11 @@ class App:
                     return {"POST": Route(self._v2.load)}, {}, parts[0]
                 if parts[1] == "unload":
                     return {"POST": Route(self._v2.unload)}, {}, parts[0]
+        elif path.startswith(MODEL_PATH_PREFIX):
+            # The id is the rest of the path, "/" included (routes_openai_models.py).
+            model_id = path[len(MODEL_PATH_PREFIX) :]
+            if model_id:
+                return {"GET": Route(self._openai_models.model, openai=True)}, {}, model_id
         elif path.startswith(("/v2/systemsharedmemory/region/", "/v2/cudasharedmemory/region/")):
             # The name is everything up to the action: it may hold a "/" of its own.
             prefix, _, tail = path.partition("region/")

@@ -4,6 +4,7 @@ moves bytes between HTTP and the data plane."""
 
 from __future__ import annotations
 
+from podserve.core.errors import PayloadTooLarge
 from podserve.dataplane import CallContext, DataPlane
 from podserve.dataplane.model_control import bearer_token
 from podserve.httpedge.decoding import BodyDecoding
@@ -20,6 +21,7 @@ from podserve.protocol.v2 import (
 )
 from podserve.protocol.v2.triton import encode_model_config, encode_model_statistics
 from podserve.server.http import JSON, Request, Response, json_response
+from podserve.server.repository_requests import MAX_BODY_BYTES, Action, check_body
 
 OCTET_STREAM = b"application/octet-stream"
 _HEADER_LENGTH = INFERENCE_HEADER_CONTENT_LENGTH.lower()
@@ -94,14 +96,25 @@ class V2Routes:
         return Response(200, encode_repository_index(entries))
 
     async def load(self, request: Request) -> Response:
-        await request.body(self._max_body_bytes)
+        await self._check_control_body(request, "load")
         await self._dataplane.load_model(request.model, _admin_call(request))
         return json_response(200, {})
 
     async def unload(self, request: Request) -> Response:
-        await request.body(self._max_body_bytes)
+        await self._check_control_body(request, "unload")
         await self._dataplane.unload_model(request.model, _admin_call(request))
         return json_response(200, {})
+
+    async def _check_control_body(self, request: Request, action: Action) -> None:
+        limit = min(self._max_body_bytes, MAX_BODY_BYTES)
+        try:
+            body = await request.body(limit)
+        except PayloadTooLarge:
+            raise PayloadTooLarge(
+                f"a repository {action} request body is at most {limit} bytes: podserve "
+                f"takes no model files or config overrides"
+            ) from None
+        check_body(body, action)
 
 
 def _admin_call(request: Request) -> CallContext:
