@@ -275,6 +275,15 @@ def empty_output_parameter() -> Any:
     return message
 
 
+def requested_outputs(*names: str, binary_data: str | None = None) -> Any:
+    message = raw_request("INT8", [1], b"\x01")
+    for name in names:
+        wanted = message.outputs.add(name=name)
+        if binary_data is not None:
+            wanted.parameters["binary_data"].string_param = binary_data
+    return message
+
+
 def length(n: int) -> bytes:
     return n.to_bytes(4, "little")
 
@@ -319,6 +328,13 @@ REFUSALS = [
     (empty_parameter(), "request parameter 'p' has no value"),
     (empty_input_parameter(), "input 'x' parameter 'p' has no value"),
     (empty_output_parameter(), "requested output 'o' parameter 'p' has no value"),
+    # the checks of protocol/v2/output_selection.py, REST's too
+    (requested_outputs("o", "o"), "output 'o' is requested more than once"),
+    (requested_outputs("o", ""), "outputs[1]: 'name' must be a non-empty string"),
+    (
+        requested_outputs("o", binary_data="yes"),
+        "output 'o': parameters.binary_data must be a boolean, got string",
+    ),
     (
         typed_request("FP32", [3], "fp32_contents", [1.0, 2.0]),
         "input 'x': contents.fp32_contents has 2 elements; shape [3] needs 3",

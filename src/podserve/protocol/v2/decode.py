@@ -13,7 +13,9 @@ Decisions where the spec leaves room:
   because this codec acts on them: `binary_data_size` is an int >= 0, `binary_data` and
   `binary_data_output` are booleans. `binary_data_size` is consumed, not passed on; so
   are an input's shared-memory parameters (its data is read from the region).
-- Duplicate input or output names are an error (the second would silently win).
+- Duplicate input or output names are an error (the second would silently win). The
+  requested outputs are checked by `protocol/v2/output_selection.py`, which the gRPC
+  decoder runs too.
 - When a header length is given, the binary chunks must account for every byte after the
   JSON header: leftover bytes mean client and server disagree about the layout.
 
@@ -30,6 +32,7 @@ import orjson
 from podserve.core.errors import InvalidInput
 from podserve.core.tensors import Datatype, InferRequest, RequestedOutput, Tensor
 from podserve.protocol.v2.json_data import array_from_json, json_type
+from podserve.protocol.v2.output_selection import output_name, requested_output
 from podserve.protocol.v2.raw import decode_tensor
 from podserve.protocol.v2.shape import check_shape
 from podserve.protocol.v2.shared_memory import check_outputs, read_input
@@ -251,19 +254,7 @@ def _decode_outputs(value: object) -> tuple[RequestedOutput, ...]:
     for index, item in enumerate(value):
         if type(item) is not dict:
             raise InvalidInput(f"outputs[{index}] must be an object, got {json_type(item)}")
-        name = item.get("name")
-        if type(name) is not str or not name:
-            raise InvalidInput(f"outputs[{index}]: 'name' must be a non-empty string")
-        if name in names:
-            raise InvalidInput(f"output {name!r} is requested more than once")
-        names.add(name)
+        name = output_name(index, item.get("name"), names)
         parameters = _parameters(item.get("parameters"), f"output {name!r}")
-        binary = parameters.get("binary_data")
-        if binary is not None and type(binary) is not bool:
-            raise InvalidInput(
-                f"output {name!r}: parameters.binary_data must be a boolean, "
-                f"got {json_type(binary)}"
-            )
-        rest = {key: v for key, v in parameters.items() if key != "binary_data"}
-        outputs.append(RequestedOutput(name=name, binary_data=binary, parameters=rest))
+        outputs.append(requested_output(name, parameters))
     return tuple(outputs)

@@ -37,6 +37,7 @@ from podserve.core.tensors import (
     RequestedOutput,
     Tensor,
 )
+from podserve.protocol.v2.output_selection import output_name, requested_output
 from podserve.protocol.v2.raw import decode_tensor, encode_tensor
 from podserve.protocol.v2.shape import check_shape
 from podserve.protocol.v2.shared_memory import check_outputs, in_shared_memory, read_input
@@ -274,11 +275,13 @@ def decode_infer_request(
         tensors.append(Tensor(name=name, datatype=datatype, data=data, parameters=params))
 
     outputs: list[RequestedOutput] = []
-    for wanted in msg.outputs:
-        name = wanted.name
-        params = _params(wanted.parameters, f"requested output {name!r}")
-        outputs.append(RequestedOutput(name=name, parameters=params))
-    if outputs:
+    if msg.outputs:
+        names: set[str] = set()
+        for index, wanted in enumerate(msg.outputs):
+            # the checks REST's decoder runs, from the same module (the same answer)
+            name = output_name(index, wanted.name, names)
+            params = _params(wanted.parameters, f"requested output {name!r}")
+            outputs.append(requested_output(name, params))
         check_outputs(shared_memory, outputs)
 
     return InferRequest(

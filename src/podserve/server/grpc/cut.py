@@ -36,7 +36,7 @@ from podserve.server.cut import CUT_MESSAGE, InflightRequests, log_cut
 from podserve.server.grpc._generated import inference_pb2 as pb
 from podserve.server.grpc.context import Context, metadata_value
 from podserve.server.grpc.decoupled import FINAL
-from podserve.server.grpc.service import InferenceServicer
+from podserve.server.grpc.service import Asked, InferenceServicer
 from podserve.server.grpc.status import status_for
 
 _SERVICE = "/inference.GRPCInferenceService/"
@@ -64,38 +64,35 @@ class CuttableServicer(InferenceServicer):
             call.close_when_idle()
         return len(self._streams)
 
-    async def ModelInfer(
-        self, request: pb.ModelInferRequest, context: Context
-    ) -> pb.ModelInferResponse:
+    async def ModelInfer(self, message: bytes, context: Context) -> pb.ModelInferResponse:
         call = _Call.register(self._inflight)
+        asked = Asked()  # empty if cut before its message was parsed
         try:
-            return await super().ModelInfer(request, context)
+            return await self._model_infer(message, context, asked)
         except asyncio.CancelledError:
             if not call.cancelled_here:
                 raise  # the client left, its deadline passed, or the server's stop
-            await _end_cut(context, request.id or None, request.model_name, "ModelInfer", False)
+            await _end_cut(context, asked.message_id or None, asked.model_name, "ModelInfer", False)
         finally:
             self._inflight.discard(call.task)
 
     async def ModelStreamInfer(
-        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
+        self, messages: AsyncIterator[bytes], context: Context
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         call = _Call.register(self._inflight)
         self._streams.add(call)
         models: list[str] = []  # for the log line: the models asked on this stream
 
-        async def noted() -> AsyncIterator[pb.ModelInferRequest]:
-            async for request in request_iterator:
-                call.outstanding += 1
-                if request.model_name not in models:
-                    models.append(request.model_name)
-                yield request
+        async def noted() -> AsyncIterator[bytes]:
+            async for message in messages:
+                call.outstanding += 1  # every message gets a final answer, even garbage
+                yield message
 
         try:
             # an async generator function, declared as the iterator grpc needs
             replies = cast(
                 AsyncGenerator[pb.ModelStreamInferResponse, None],
-                super().ModelStreamInfer(noted(), context),
+                self._stream_infer(noted(), context, models),
             )
             async with contextlib.aclosing(replies):
                 async for reply in replies:

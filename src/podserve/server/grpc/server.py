@@ -9,10 +9,8 @@ import grpc
 from podserve.dataplane.api import DataPlaneAPI
 from podserve.httpedge.decoding import BodyDecoding
 from podserve.server.cut import InflightRequests
-from podserve.server.grpc._generated.inference_pb2_grpc import (
-    add_GRPCInferenceServiceServicer_to_server,
-)
 from podserve.server.grpc.cut import CuttableServicer
+from podserve.server.grpc.handlers import add_inference_service
 from podserve.server.grpc.service import InferenceServicer
 
 # The servicer of each server that can end its open streams when it stops.
@@ -44,9 +42,12 @@ async def start_grpc_server(
     """Serve the data plane over gRPC on host:port and return the server and its bound
     port (port 0 picks a free one). Raises OSError when the address cannot be bound.
 
-    `max_message_bytes` caps both received and sent messages; a larger request is refused
-    by gRPC itself with RESOURCE_EXHAUSTED before it is decoded. SO_REUSEPORT is off, so a
-    second server on the same port fails loudly instead of silently sharing its traffic.
+    `max_message_bytes` caps received messages (`--max-body-bytes`, the request limit): a
+    larger request is refused by gRPC itself with RESOURCE_EXHAUSTED before it is decoded.
+    Sent messages are not capped, as REST does not cap a response: a small request may
+    have a big answer (an embedding per text), computed by then, and grpc's default send
+    cap is unlimited too. SO_REUSEPORT is off, so a second server on the same port fails
+    loudly instead of silently sharing its traffic.
 
     With `inflight` (the server process's, shared with the REST edge), the inference
     calls register there, and a drain timeout's `inflight.cut()` ends each UNAVAILABLE
@@ -58,7 +59,7 @@ async def start_grpc_server(
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
-            ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", -1),
             ("grpc.so_reuseport", 0),
         ]
     )
@@ -69,7 +70,7 @@ async def start_grpc_server(
         if inflight is None
         else CuttableServicer(dataplane, decoding, inflight)
     )
-    add_GRPCInferenceServiceServicer_to_server(servicer, server)
+    add_inference_service(servicer, server)
     if isinstance(servicer, CuttableServicer):
         _CUTTABLE[server] = servicer
     address = _address(host, port)

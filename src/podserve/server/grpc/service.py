@@ -30,6 +30,7 @@ from podserve.server.grpc import triton
 from podserve.server.grpc._generated import inference_pb2 as pb
 from podserve.server.grpc.codec import decode_infer_request, encode_infer_response
 from podserve.server.grpc.context import Context, admin_call, call_context, metadata_value
+from podserve.server.grpc.handlers import parse_infer_request
 from podserve.server.grpc.shared_memory import SharedMemoryRpcs
 from podserve.server.grpc.status import abort_with_status, request_code, status_on_error
 from podserve.server.grpc.stream import StreamInferRpc
@@ -42,8 +43,19 @@ INFER_ENDPOINT = "grpc.ModelInfer"
 _UNLOAD_PARAMETERS = frozenset({"unload_dependents"})
 
 
+class Asked:
+    """What a unary call's message asks for, noted as soon as it is parsed: the drain's
+    cut names it in its log line (`server/grpc/cut.py`)."""
+
+    __slots__ = ("message_id", "model_name")
+
+    def __init__(self) -> None:
+        self.message_id = ""
+        self.model_name = ""
+
+
 class InferenceServicer(SharedMemoryRpcs, StreamInferRpc):
-    """The RPC handlers; `add_GRPCInferenceServiceServicer_to_server` registers them."""
+    """The RPC handlers; `server/grpc/handlers.py` registers them."""
 
     def __init__(self, dataplane: DataPlaneAPI, decoding: BodyDecoding) -> None:
         self._dataplane = dataplane
@@ -112,25 +124,40 @@ class InferenceServicer(SharedMemoryRpcs, StreamInferRpc):
 
     # ------------------------------------------------------------------ inference
 
-    async def ModelInfer(
-        self, request: pb.ModelInferRequest, context: Context
+    async def ModelInfer(self, message: bytes, context: Context) -> pb.ModelInferResponse:
+        return await self._model_infer(message, context, Asked())
+
+    async def _model_infer(
+        self, message: bytes, context: Context, asked: Asked
     ) -> pb.ModelInferResponse:
+        """ModelInfer of `message` (its bytes, `server/grpc/handlers.py`), noting in
+        `asked` what it asks for as soon as it is parsed."""
         # The per-call path, kept flat (no context manager) because it runs once per
         # request; where gRPC's time goes is in docs/benchmarks.md.
-        request_id = accept_request_id(request.id or metadata_value(context, "x-request-id"))
         started = time.perf_counter()
         dataplane = self._dataplane
         code = "200"
+        request_id: str | None = None
         reservation: Reservation | None = None
         try:
+            # Parsed here, not by grpc.aio (server/grpc/handlers.py); a big message on the
+            # decoding thread, as a big REST body. protobuf's parser holds the GIL while
+            # it runs, so the loop still waits out the parse itself (50 MB of 25M empty
+            # BYTES elements: about 0.5 s), only no longer on top of it ByteSize's walk
+            # of the message (0.2 s), which `len` replaces.
+            size_bytes = len(message)
+            request = await self._decoding.run(size_bytes, parse_infer_request, message)
+            asked.model_name = request.model_name
+            asked.message_id = request.id
+            request_id = accept_request_id(request.id or metadata_value(context, "x-request-id"))
             # A full queue or a drain refuses before the tensors are decoded, and the
             # request let by holds a queue slot until `infer` queues it, as on REST
             # (admission/reservations.py): no refusal after a decode.
             reservation = dataplane.admit_early(request.model_name, request.model_version or None)
             # Typed contents become arrays element by element: 64 MiB of them held the
-            # loop 0.6 s (FP32) to 2 s (BYTES). ByteSize is upb's, C, about 0.3 us.
+            # loop 0.6 s (FP32) to 2 s (BYTES).
             infer_request = await self._decoding.run(
-                request.ByteSize(),
+                size_bytes,
                 decode_infer_request,
                 request,
                 request_id=request_id,
@@ -142,6 +169,8 @@ class InferenceServicer(SharedMemoryRpcs, StreamInferRpc):
             return encode_infer_response(response, request_id=request_id)
         except Exception as exc:  # every error must become a status, counted by its code
             code = request_code(exc)
+            if request_id is None:  # the message could not be parsed: its id is unknown
+                request_id = accept_request_id(metadata_value(context, "x-request-id"))
             await abort_with_status(context, exc, "ModelInfer", request_id)
         except BaseException as exc:  # cancelled: the client left or its deadline passed
             code = request_code(exc)
@@ -150,7 +179,7 @@ class InferenceServicer(SharedMemoryRpcs, StreamInferRpc):
             if reservation is not None:  # a decode error or a cancel: give the slot back
                 reservation.release()
             dataplane.record_request(
-                request.model_name, INFER_ENDPOINT, code, time.perf_counter() - started
+                asked.model_name, INFER_ENDPOINT, code, time.perf_counter() - started
             )
 
     # ------------------------------------------------------------------ Triton extensions

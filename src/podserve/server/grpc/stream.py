@@ -5,9 +5,11 @@ and the set that holds the stream's request tasks."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import cast
 
 from podserve.core.errors import PodserveError
 from podserve.core.ids import accept_request_id
@@ -18,6 +20,7 @@ from podserve.server.grpc._generated import inference_pb2 as pb
 from podserve.server.grpc.codec import decode_infer_request, encode_infer_response
 from podserve.server.grpc.context import Context, call_context, metadata_value
 from podserve.server.grpc.decoupled import generation_replies, mark_final
+from podserve.server.grpc.handlers import parse_infer_request
 from podserve.server.grpc.status import request_code, status_for
 
 logger = logging.getLogger(__name__)
@@ -33,76 +36,79 @@ class StreamInferRpc:
     # that the event loop (which keeps only weak references to tasks) cannot drop them.
     _streamed: set[asyncio.Task[None]]
 
-    async def ModelStreamInfer(
-        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
+    async def _stream_infer(
+        self,
+        messages: AsyncIterator[bytes],
+        context: Context,
+        models: list[str] | None = None,
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Triton's streaming extension. Requests run concurrently, as they arrive, and
         each is answered on the stream when it completes (clients match responses by
         `id`). A request that fails gets `error_message` and the stream goes on, as in
-        Triton. A generative model asked in the vLLM backend's tensors (`text_input`)
-        answers decoupled, a response per token batch (`server/grpc/decoupled.py`);
-        every answer carries `triton_final_response`. When the client closes its side,
-        the stream ends after the last answer; when the client leaves, its requests
-        leave the data plane as a disconnected REST or unary call's do."""
+        Triton; so does a message that is not a valid ModelInferRequest (grpc.aio hands
+        over each message's bytes, `server/grpc/handlers.py`). A generative model asked
+        in the vLLM backend's tensors (`text_input`) answers decoupled, a response per
+        token batch (`server/grpc/decoupled.py`); every answer carries
+        `triton_final_response`. When the client closes its side, the stream ends after
+        the last answer; when the client leaves, its requests leave the data plane as a
+        disconnected REST or unary call's do. `models`, when given, collects the models
+        the stream's requests ask for, in the order first asked."""
         answers: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
         running: set[asyncio.Task[None]] = set()
         stream_request_id = metadata_value(context, "x-request-id")
 
-        async def answer(request: pb.ModelInferRequest) -> None:
+        async def answer(message: bytes) -> None:
+            """Answer one message on the stream, and count it."""
             started, code = time.perf_counter(), "499"  # 499 unless it ends below
+            request = _UNPARSED
             try:
-                code = request_code(await answer_one(request))
+                # A big message is parsed on the decoding thread (server/grpc/service.py).
+                request = await self._decoding.run(len(message), parse_infer_request, message)
+                if models is not None and request.model_name not in models:
+                    models.append(request.model_name)
+                await respond(request, len(message))
+                code = "200"
             except asyncio.CancelledError as exc:
                 code = request_code(exc)
                 raise
+            except Exception as exc:  # one request's failure is its own answer
+                code = request_code(exc)
+                if not isinstance(exc, PodserveError):
+                    logger.exception("unexpected error in a ModelStreamInfer request")
+                answers.put_nowait(_failed(exc, request))
             finally:
                 elapsed = time.perf_counter() - started
                 self._dataplane.record_request(
                     request.model_name, STREAM_INFER_ENDPOINT, code, elapsed
                 )
 
-        async def answer_one(request: pb.ModelInferRequest) -> Exception | None:
-            """Answer one request on the stream; return the failure it answered with."""
+        async def respond(request: pb.ModelInferRequest, size_bytes: int) -> None:
+            """Answer a parsed request on the stream; raise what it fails with."""
             request_id = accept_request_id(request.id or stream_request_id)
-            failure: Exception | None = None
-            try:
-                infer_request = await self._decoding.run(
-                    request.ByteSize(),
-                    decode_infer_request,
-                    request,
-                    request_id=request_id,
-                    shared_memory=self._dataplane.shared_memory,
-                )
-                call = call_context(context, STREAM_INFER_ENDPOINT, request_id)
-                if asks_for_generation(infer_request) and self._dataplane.is_generative(
-                    infer_request.model_name, infer_request.model_version
-                ):
-                    async for partial in generation_replies(self._dataplane, infer_request, call):
-                        answers.put_nowait(partial)
-                    return None
-                response = await self._dataplane.infer(infer_request, call)
-                reply = pb.ModelStreamInferResponse(
-                    infer_response=encode_infer_response(response, request_id=request_id)
-                )
-            except Exception as exc:  # one request's failure is its own answer
-                failure = exc
-                if not isinstance(exc, PodserveError):
-                    logger.exception("unexpected error in a ModelStreamInfer request")
-                reply = pb.ModelStreamInferResponse(
-                    error_message=status_for(exc).details,
-                    infer_response=pb.ModelInferResponse(
-                        model_name=request.model_name,
-                        model_version=request.model_version,
-                        id=request.id,
-                    ),
-                )
+            infer_request = await self._decoding.run(
+                size_bytes,
+                decode_infer_request,
+                request,
+                request_id=request_id,
+                shared_memory=self._dataplane.shared_memory,
+            )
+            call = call_context(context, STREAM_INFER_ENDPOINT, request_id)
+            if asks_for_generation(infer_request) and self._dataplane.is_generative(
+                infer_request.model_name, infer_request.model_version
+            ):
+                async for partial in generation_replies(self._dataplane, infer_request, call):
+                    answers.put_nowait(partial)
+                return
+            response = await self._dataplane.infer(infer_request, call)
+            reply = pb.ModelStreamInferResponse(
+                infer_response=encode_infer_response(response, request_id=request_id)
+            )
             answers.put_nowait(mark_final(reply, True))
-            return failure
 
         async def read_requests() -> None:
             try:
-                async for request in request_iterator:
-                    task = asyncio.ensure_future(answer(request))
+                async for message in messages:
+                    task = asyncio.ensure_future(answer(message))
                     running.add(task)
                     self._streamed.add(task)
                     task.add_done_callback(running.discard)
@@ -127,3 +133,31 @@ class StreamInferRpc:
             reader.cancel()
             for task in running:
                 task.cancel(why)
+
+    async def ModelStreamInfer(
+        self, messages: AsyncIterator[bytes], context: Context
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        # an async generator function, as grpc.aio needs (it iterates a plain function's
+        # generator on a thread); `CuttableServicer` calls `_stream_infer` itself
+        replies = cast(
+            AsyncGenerator[pb.ModelStreamInferResponse, None], self._stream_infer(messages, context)
+        )
+        async with contextlib.aclosing(replies):
+            async for reply in replies:
+                yield reply
+
+
+# What a message that cannot be parsed asked for: nothing known (no model, no id).
+_UNPARSED = pb.ModelInferRequest()
+
+
+def _failed(error: Exception, request: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
+    """The final answer to a request that failed with `error`, in band: Triton's
+    `error_message`, with the request's model and id so that the client can match it."""
+    reply = pb.ModelStreamInferResponse(
+        error_message=status_for(error).details,
+        infer_response=pb.ModelInferResponse(
+            model_name=request.model_name, model_version=request.model_version, id=request.id
+        ),
+    )
+    return mark_final(reply, True)
