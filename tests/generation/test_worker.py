@@ -3,6 +3,7 @@ full waiting queue or too many waiting prompt tokens are 503s with Retry-After."
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +18,7 @@ pytest.importorskip("transformers")
 from podserve.generation.engine import GenerationEngine
 from podserve.generation.executor import ModelExecutor
 from podserve.generation.sampling import SamplingParams
+from podserve.generation.stream import TokenEvent
 from podserve.generation.worker import GenerativeLimits, GenerativeWorker
 from podserve.obs.metrics import Metrics
 from podserve.scheduling import SchedulerConfig
@@ -130,5 +132,56 @@ def test_a_prompt_over_the_kv_budget_is_refused_at_admission() -> None:
             worker.admit(prompt, [SamplingParams(max_tokens=8)])
         assert worker.inflight == 0
         assert engine.stats().num_waiting == 0
+    finally:
+        engine.stop()
+
+
+async def test_closing_a_sequence_wakes_its_waiting_reader_and_frees_the_engine() -> None:
+    """The `TokenStream` contract a deadline relies on (dataplane/streams.py): `close()`
+    from the loop, while a read waits, ends that read with the final "abort" event,
+    running or still queued; the engine keeps nothing of either, and the tokens already
+    made are counted, as for a client that left."""
+    executor = ModelExecutor(TINY, max_num_seqs=1, torch_threads=1)
+    engine = GenerationEngine(
+        executor, SchedulerConfig(max_num_seqs=1, kv_cache_tokens=executor.max_context)
+    )
+    engine.start()
+    metrics = Metrics()
+    try:
+        worker = GenerativeWorker(
+            config=ModelConfig(name="tiny", runtime="transformers"),
+            executor=executor,
+            engine=engine,
+            limits=GenerativeLimits(
+                max_queue=4,
+                max_tokens_cap=256,
+                max_queued_prompt_tokens=4096,
+                max_batch_time_s=60,
+                max_num_seqs=1,
+            ),
+            metrics=metrics.for_generation("tiny"),
+            clock=MONOTONIC,
+        )
+        prompt = worker.encode_prompt("The function returns")
+        long_params = SamplingParams(temperature=0, max_tokens=256, ignore_eos=True)
+        running, queued = worker.admit(prompt, [long_params, long_params])
+        assert (await anext(running)).token_id is not None
+        assert engine.stats().num_waiting == 1  # one KV slot: the second waits its turn
+        reads = [asyncio.ensure_future(anext(s)) for s in (running, queued)]
+        await asyncio.sleep(0)  # both reads are waiting now
+        running.close()
+        queued.close()
+        events = await asyncio.wait_for(asyncio.gather(*reads), timeout=10)
+        # the running one may have had a token in flight; the queued one made none
+        assert events[1] == TokenEvent(None, "", "abort")
+        assert all(e.finish_reason in (None, "abort") for e in events)
+        stats = engine.stats()
+        assert (stats.num_running, stats.num_waiting, worker.inflight) == (0, 0, 0)
+        assert b'podserve_generation_tokens_total{model="tiny"} ' in metrics.render()
+        assert b'podserve_generation_tokens_total{model="tiny"} 0.0' not in metrics.render()
+        # the slot is free: the next sequence runs to its end
+        (after,) = worker.admit(prompt, [SamplingParams(temperature=0, max_tokens=4)])
+        finish = [e.finish_reason async for e in after][-1]
+        assert finish in ("stop", "length")
     finally:
         engine.stop()

@@ -28,10 +28,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import podserve
 from podserve.admission import Reservation
+from podserve.config.model_config import ModelConfig
 from podserve.config.settings import ServerSettings
 from podserve.core.clock import Clock
 from podserve.core.errors import DeadlineExceeded, Draining, InvalidInput, Unavailable
@@ -45,7 +48,7 @@ from podserve.dataplane.model_control import ModelControl
 from podserve.dataplane.prompts import Tokenizing, check_prompt_size
 from podserve.dataplane.rows import check_rows
 from podserve.dataplane.serving_state import serving_state
-from podserve.dataplane.streams import GenerationStream
+from podserve.dataplane.streams import GenerationDeadline, GenerationStream
 from podserve.dataplane.types import (
     CallContext,
     GenerateRequest,
@@ -175,14 +178,7 @@ class DataPlane:
         self._gate.refuse_if_draining(model)
         entry = self._repository.entry(model, request.model_version)
         check_rows(request)
-        deadline = deadline_s(
-            now_s=self._clock.now_s(),
-            parameters=request.parameters,
-            timeout_ms=call.timeout_ms,
-            client_timeout_s=call.client_timeout_s,
-            default_timeout_s=entry.config.limits.default_timeout_s
-            or self._settings.default_timeout_s,
-        )
+        deadline = self._deadline_s(entry.config, request.parameters, call)
         if request.deadline_s is not None:  # an in-process caller's own
             deadline = request.deadline_s if deadline is None else min(deadline, request.deadline_s)
         if deadline != request.deadline_s:
@@ -216,10 +212,16 @@ class DataPlane:
         self, request: GenerateRequest, call: CallContext = _NO_CONTEXT
     ) -> Generation:
         """Admit one generation request, all sequences or none, and return their token
-        streams. Every refusal (draining, unknown model, not generative, a prompt that
-        can never fit, a full queue) raises here, before the caller sends anything."""
+        streams. Every refusal (draining, unknown model, not generative, a bad or passed
+        deadline, a prompt that can never fit, a full queue) raises here, before the
+        caller sends anything. The deadline is `infer`'s (same sources, same rules); if
+        it passes after admission, the streams end with `DeadlineExceeded`
+        (`dataplane/streams.py`)."""
         model = request.model
         self._gate.refuse_if_draining(model)
+        entry = self._repository.entry(model, request.version)
+        deadline = self._deadline_s(entry.config, request.parameters, call)
+        self._refuse_if_expired(model, deadline)
         worker = await self._gate.acquire(model, request.version)
         client = worker.generator
         if client is None:
@@ -233,16 +235,47 @@ class DataPlane:
         else:
             prompt_ids = await self._tokenizing.run(client.encode_prompt, request.prompt or "")
         self._gate.refuse_if_draining(model)  # the model may have loaded while the drain began
+        # a model load or the tokenizer may have taken the time left
+        self._refuse_if_expired(model, deadline)
         try:
             sequences = client.admit(prompt_ids, request.sequences)
         except Unavailable as exc:
             self._gate.reject(model, exc.reason)
             raise
+        expiry = None
+        if deadline is not None:
+            expiry = GenerationDeadline(
+                deadline, self._clock, lambda: self._gate.reject(model, "deadline")
+            )
         streams = []
         for sequence in sequences:
             self._lifecycle.request_started()
-            streams.append(GenerationStream(sequence, lambda: self._sequence_finished(model)))
+            streams.append(
+                GenerationStream(sequence, lambda: self._sequence_finished(model), expiry)
+            )
+        if expiry is not None:
+            expiry.arm()
         return Generation(model, worker.version, len(prompt_ids), streams, client.token_text)
+
+    def _deadline_s(
+        self, config: ModelConfig, parameters: Mapping[str, Any], call: CallContext
+    ) -> float | None:
+        """The request's deadline on the data plane's clock (dataplane/deadlines.py: the
+        `timeout` parameter, the header, the model's then the server's default, and the
+        transport's); a nonsense value is InvalidInput."""
+        return deadline_s(
+            now_s=self._clock.now_s(),
+            parameters=parameters,
+            timeout_ms=call.timeout_ms,
+            client_timeout_s=call.client_timeout_s,
+            default_timeout_s=config.limits.default_timeout_s or self._settings.default_timeout_s,
+        )
+
+    def _refuse_if_expired(self, model: str, deadline: float | None) -> None:
+        # the tensor worker's words for the same refusal (engine/model_worker.py)
+        if deadline is not None and self._clock.now_s() >= deadline:
+            self._gate.reject(model, "deadline")
+            raise DeadlineExceeded("request deadline passed before it was queued; not computed")
 
     def _sequence_finished(self, model: str) -> None:
         self._lifecycle.request_finished()

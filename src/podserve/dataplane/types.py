@@ -4,7 +4,8 @@ and the data plane. Typed and transport-free: no HTTP header or gRPC context cro
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from podserve.admission import Reservation
 from podserve.core.health import HealthReport
@@ -57,13 +58,16 @@ class CallContext:
 @dataclass(frozen=True, slots=True)
 class GenerateRequest:
     """One text-generation request: a prompt (text, or chat messages for the model's
-    chat template) and one `SamplingParams` per sequence to generate (OpenAI's `n`)."""
+    chat template) and one `SamplingParams` per sequence to generate (OpenAI's `n`).
+    `parameters` are the request's own, as `InferRequest.parameters`: the data plane
+    reads Triton's `timeout` (microseconds) there, unvalidated until then."""
 
     model: str
     sequences: tuple[SamplingParams, ...]
     prompt: str | None = None
     messages: Sequence[ChatMessage] | None = None
     version: str | None = None
+    parameters: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if (self.prompt is None) == (self.messages is None):

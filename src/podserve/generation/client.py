@@ -28,7 +28,10 @@ from podserve.generation.stream import TokenEvent
 class TokenStream(Protocol):
     """The token events of one admitted sequence. `close()` is idempotent and
     synchronous: it aborts the sequence if it still runs (freeing its slot and KV
-    cache) and settles its accounting; exhausting the stream closes it too."""
+    cache) and settles its accounting; exhausting the stream closes it too. A read
+    already waiting when `close()` is called is not left hanging: it returns the
+    sequence's final event (an "abort", as vLLM's engine ends an aborted request's
+    output stream), which is how a deadline wakes its reader (dataplane/streams.py)."""
 
     def __aiter__(self) -> AsyncIterator[TokenEvent]: ...
 

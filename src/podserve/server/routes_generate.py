@@ -54,9 +54,17 @@ class GenerateRoutes:
         )
         return await self._dataplane.generate(
             GenerateRequest(
-                model=request.model, version=version, prompt=parsed.text_input, sequences=(params,)
+                model=request.model,
+                version=version,
+                prompt=parsed.text_input,
+                sequences=(params,),
+                parameters=parsed.parameters.request_parameters(),
             ),
-            CallContext(endpoint=endpoint, request_id=request.request_id),
+            CallContext(
+                endpoint=endpoint,
+                request_id=request.request_id,
+                timeout_ms=request.header("x-request-timeout-ms"),
+            ),
         )
 
     async def _events(self, generation: Generation, model: str) -> AsyncIterator[bytes]:
@@ -70,5 +78,6 @@ class GenerateRoutes:
                     if event.text or finish is not None:
                         yield generate_event(model, generation.version, event.text, finish)
             except PodserveError as exc:
-                # Admission is over: only a failure of the engine itself lands here.
+                # Admission is over: only the engine's own failure or the request's deadline
+                # (dataplane/streams.py) lands here.
                 yield generate_error_event(exc.message)

@@ -44,7 +44,7 @@ class OpenAIRoutes:
         request.model = parsed.model
         response = await self._dataplane.infer(
             infer_request,
-            CallContext(endpoint="openai.embeddings", request_id=request.request_id),
+            _call(request, "openai.embeddings"),
         )
         outputs = {t.name: t.data for t in response.outputs}
         if "embedding" not in outputs or "tokens" not in outputs:
@@ -70,7 +70,7 @@ class OpenAIRoutes:
                 prompt=parsed.prompt_text(),
                 sequences=_choices(params, parsed.n),
             ),
-            CallContext(endpoint="openai.completions", request_id=request.request_id),
+            _call(request, "openai.completions"),
         )
         return await self._respond(parsed, generation, params, chat=False)
 
@@ -83,7 +83,7 @@ class OpenAIRoutes:
             GenerateRequest(
                 model=parsed.model, messages=messages, sequences=_choices(params, parsed.n)
             ),
-            CallContext(endpoint="openai.chat", request_id=request.request_id),
+            _call(request, "openai.chat"),
         )
         return await self._respond(parsed, generation, params, chat=True)
 
@@ -172,6 +172,15 @@ class OpenAIRoutes:
             use = oai.usage(generation.prompt_tokens, generated)
             yield oai.usage_chunk(rid, model, created, obj, use)
         yield oai.SSE_DONE
+
+
+def _call(request: Request, endpoint: str) -> CallContext:
+    # the header is passed unparsed: the data plane validates it, for every edge alike
+    return CallContext(
+        endpoint=endpoint,
+        request_id=request.request_id,
+        timeout_ms=request.header("x-request-timeout-ms"),
+    )
 
 
 def _decode_chat(body: bytes) -> tuple[oai.ChatRequest, list[dict[str, str]]]:

@@ -23,11 +23,21 @@ class GenerateParameters(SamplingFields):
     max_tokens: int = Field(16, ge=1)
 
 
+class GenerateRequestParameters(GenerateParameters):
+    # Triton's request timeout, in microseconds, as on /infer: kept as sent, so that the
+    # data plane validates it with the same words for both (dataplane/deadlines.py).
+    timeout: Any = None
+
+    def request_parameters(self) -> dict[str, Any]:
+        """The parameters that are the request's, not the sampler's."""
+        return {} if self.timeout is None else {"timeout": self.timeout}
+
+
 class GenerateRequest(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
     text_input: str
-    parameters: GenerateParameters = Field(default_factory=GenerateParameters)
+    parameters: GenerateRequestParameters = Field(default_factory=GenerateRequestParameters)
 
 
 def decode_generate_request(body: bytes) -> GenerateRequest:

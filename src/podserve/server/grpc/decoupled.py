@@ -46,6 +46,7 @@ async def generation_replies(
             version=request.model_version,
             prompt=text_request.prompt,
             sequences=(sampling,),
+            parameters=request.parameters,  # Triton's `timeout`, as for tensors
         ),
         call,
     )
