@@ -102,6 +102,14 @@ def test_a_key_with_a_monthly_budget(config: Path, capsys: pytest.CaptureFixture
         (["--rpm", "0"], "--rpm"),
         (["--models", "gpt-9"], "gpt-9"),
         (["--budget-period", "yearly"], "--budget-period"),
+        # past 2**63 micro-dollars: an OverflowError traceback before
+        (["--budget-usd", "1e30"], "--budget-usd"),
+        # an empty list means every model: a restriction that names none must not be one
+        (["--models", ","], "--models names no model"),
+        # `team:search@2026-12` was team `search`'s December budget scope
+        (["--team", "search@2026-12"], "--team"),
+        (["--namespace", "a{b}"], "--namespace"),
+        (["--team", ""], "--team"),
     ],
 )
 def test_bad_key_flags_exit_2(

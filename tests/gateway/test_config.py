@@ -152,3 +152,18 @@ def test_requests_reserve_at_the_dearest_upstream_and_bill_at_the_one_that_serve
         hold = table.hold_rate(model)
         assert rate.input_nano <= hold.input_nano
         assert rate.output_nano <= hold.output_nano
+
+
+@pytest.mark.parametrize(
+    "section",
+    [
+        "teams: {'search@2026-12': {budgetUsd: 1}}",
+        "namespaces: {'a:b{c}': {rpm: 5}}",
+        "teams: {t: {budgetUsd: 1e30}}",
+    ],
+)
+def test_scope_names_and_budgets_that_would_break_the_store_are_refused(section: str) -> None:
+    """A team name with `@` shared another team's periodic budget scope; a budget past
+    2**53 micro-dollars is not exact in Redis's doubles (and past 2**63 overflowed SQLite)."""
+    with pytest.raises(InvalidInput, match=r"teams|namespaces"):
+        load_gateway_config(section + "\n")

@@ -260,12 +260,28 @@ HTTP_CASES = [
 ]
 
 
+def head_fields(gw: GW, raw: bytes) -> dict[str, str]:
+    """The response head's fields, lower-cased, for `raw` sent on its own connection."""
+    with connect(gw) as sock:
+        sock.sendall(raw)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(1 << 16)
+            assert chunk, f"connection closed without a response head: {data[:300]!r}"
+            data += chunk
+    lines = data.partition(b"\r\n\r\n")[0].decode("latin-1").lower().split("\r\n")
+    return {k.strip(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])}
+
+
 @pytest.mark.parametrize(("raw", "status"), HTTP_CASES, ids=short)
 def test_raw_http_gets_a_json_4xx(gateway: GW, key: str, raw: bytes, status: int) -> None:
     got, content_type, body = exchange(gateway, raw)
     assert got == status, body[:300]
     assert content_type.startswith("application/json"), body[:300]
     error_of(got, body)
+    # every response carries the overhead header (docs/gateway.md), refusals of the
+    # HTTP itself too: they had none
+    assert float(head_fields(gateway, raw)["x-podserve-gateway-overhead-ms"]) >= 0
     healthy(gateway, key)
 
 

@@ -110,6 +110,24 @@ def test_models_lists_what_the_key_may_use(client: openai.OpenAI, gateway: Gatew
         only.completions.create(model="tiny-lm", prompt="x", max_tokens=1)
 
 
+def test_models_retrieve_gives_what_the_list_gives(
+    client: openai.OpenAI, gateway: GatewayProcess
+) -> None:
+    """The SDK's `models.retrieve` (`GET /v1/models/{id}`) was a 404 "no route"."""
+    listed = {m.id: m for m in client.models.list()}
+    assert client.models.retrieve("tiny-lm") == listed["tiny-lm"]
+    limited = create_key(gateway.config_path, "--models", "iris")
+    only = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key=limited, max_retries=0)
+    for model_id, who in (("nope", client), ("org/nope", client), ("tiny-lm", only)):
+        with pytest.raises(openai.NotFoundError) as missing:
+            who.models.retrieve(model_id)
+        assert missing.value.code == "unknown_model"
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(
+            base_url=f"{gateway.url}/v1", api_key="psk-no", max_retries=0
+        ).models.retrieve("tiny-lm")
+
+
 def test_embeddings_are_proxied_and_billed_for_input(
     client: openai.OpenAI, gateway: GatewayProcess
 ) -> None:

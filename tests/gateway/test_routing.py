@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -378,3 +379,52 @@ def test_a_provider_refusing_the_gateways_key_is_a_502_and_the_next_fallback_ans
     assert error["code"] == "upstream"
     assert (row.requests, row.cost_micro) == (1, 0)
     assert refused == 1
+
+
+class _Silent(BaseHTTPRequestHandler):
+    """A pod that is ready but does not answer a request before the gateway gives up."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("content-length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length", "0")))
+        time.sleep(3)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_the_time_waited_on_upstreams_is_not_reported_as_overhead(
+    pods: Pods, tmp_path: Path
+) -> None:
+    """A 503 after the upstream's read timeout said the gateway itself took the whole
+    wait (`x-podserve-gateway-overhead-ms` is the time to headers less the upstream's)."""
+    silent = ThreadingHTTPServer(("127.0.0.1", 0), _Silent)
+    threading.Thread(target=silent.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{silent.server_address[1]}"
+    config = base_config(
+        pods,
+        fallbacks=[],
+        pools=[{"name": "chat", "models": ["tiny-lm"], "endpoints": [url]}],
+        routing={"scrapeIntervalMs": 50, "readTimeoutS": 1.0},
+    )
+    try:
+        with GatewayProcess(config, tmp_path) as gateway:
+            key, _ = make_key(gateway.config_path)
+            reply = httpx.post(
+                f"{gateway.url}/v1/completions",
+                json=BODY,
+                headers={"authorization": f"Bearer {key}"},
+                timeout=60,
+            )
+    finally:
+        silent.shutdown()
+        silent.server_close()
+    assert reply.status_code == 503, reply.text
+    assert "no upstream answered" in reply.json()["error"]["message"]
+    # the 1 s the upstream was waited on is not in it (before: 1000 ms and more)
+    assert float(reply.headers["x-podserve-gateway-overhead-ms"]) < 1000

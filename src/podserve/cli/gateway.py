@@ -168,7 +168,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _keys_create(args: argparse.Namespace) -> int:
     import time
 
-    from podserve.config.gateway_config import BudgetPeriod
+    from podserve.config.gateway_config import MAX_BUDGET_USD, BudgetPeriod, scope_name_error
     from podserve.gateway.keys import KeyRecord, key_id_of, new_key
     from podserve.gateway.money import usd_to_micro
 
@@ -181,16 +181,28 @@ def _keys_create(args: argparse.Namespace) -> int:
             budget = Decimal(args.budget_usd)
         except InvalidOperation:
             budget = Decimal(-1)
-        if not budget.is_finite() or budget < 0:
-            print("podserve gateway keys: --budget-usd must be a number >= 0", file=sys.stderr)
+        if not budget.is_finite() or not 0 <= budget <= MAX_BUDGET_USD:
+            print(
+                f"podserve gateway keys: --budget-usd must be a number from 0 to {MAX_BUDGET_USD}",
+                file=sys.stderr,
+            )
             return 2
         budget_micro = usd_to_micro(budget)
+    for kind, name in (("team", args.team), ("namespace", args.namespace)):
+        error = scope_name_error(kind, name)
+        if error is not None:
+            print(f"podserve gateway keys: --{kind}: {error}", file=sys.stderr)
+            return 2
     for flag in ("rpm", "tpm"):
         value = getattr(args, flag)
         if value is not None and value < 1:
             print(f"podserve gateway keys: --{flag} must be >= 1", file=sys.stderr)
             return 2
     models = tuple(m.strip() for m in (args.models or "").split(",") if m.strip())
+    if args.models is not None and not models:
+        # An empty list means every model: a `--models ","` meant to restrict must not.
+        print("podserve gateway keys: --models names no model", file=sys.stderr)
+        return 2
     unknown = [m for m in models if m not in config.models()]
     if unknown:
         print(f"podserve gateway keys: unknown model(s) {', '.join(unknown)}", file=sys.stderr)

@@ -7,6 +7,7 @@ contract and are tested as written (tests/gateway/test_config.py).
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated, Literal
@@ -85,6 +86,25 @@ MAX_OUTPUT_TOKENS = 1 << 20
 # 128 choices of 2**20 tokens) stays below 2**53 nano-dollars: exact in the Redis scripts'
 # doubles and in SQLite's 64-bit integers.
 MAX_PRICE_PER_MILLION_USD = 10_000
+
+# A budget past a billion USD is a typo, and one past 2**53 micro-dollars (9e9 USD) is not
+# exact in the Redis scripts' doubles; `--budget-usd 1e30` made SQLite raise OverflowError.
+MAX_BUDGET_USD = 1_000_000_000
+
+# Team and namespace names become parts of budget and limit scope names: `team:<name>`,
+# and `team:<name>@<period>` for a periodic budget, so a team named `search@2026-12` shared
+# team `search`'s December budget; `{`/`}` would pick a Redis Cluster hash slot.
+_SCOPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def scope_name_error(kind: str, name: str) -> str | None:
+    """Why `name` cannot name a team or namespace, or None when it can."""
+    if _SCOPE_NAME.fullmatch(name):
+        return None
+    return (
+        f"{kind} name {name[:64]!r} must be 1-128 letters, digits, '.', '_' or '-', "
+        "starting with a letter or digit"
+    )
 
 
 class Price(_Section):
@@ -201,7 +221,9 @@ class BudgetPeriod(StrEnum):
 
 
 class ScopeLimits(_Section):
-    budget_usd: Decimal | None = Field(None, ge=0, description="Hard budget, USD.")
+    budget_usd: Decimal | None = Field(
+        None, ge=0, le=MAX_BUDGET_USD, description="Hard budget, USD."
+    )
     budget_period: BudgetPeriod = Field(
         BudgetPeriod.LIFETIME,
         description="`lifetime` (default), or the budget starts again every UTC `daily`, "
@@ -341,6 +363,15 @@ class GatewayConfig(_Section):
                 "maxBodyBytesInFlight must be at least maxBodyBytes: one request of the "
                 "largest allowed body must fit"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _scope_names(self) -> GatewayConfig:
+        for kind, names in (("team", self.teams), ("namespace", self.namespaces)):
+            for name in names:
+                error = scope_name_error(kind, name)
+                if error is not None:
+                    raise ValueError(f"{kind}s: {error}")
         return self
 
     @model_validator(mode="after")

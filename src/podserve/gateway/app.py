@@ -122,6 +122,7 @@ class Gateway:
         routes.add("GET", "/ready", self._ok)
         routes.add("GET", "/metrics", self._metrics)
         routes.add("GET", "/v1/models", self._models)
+        routes.add_prefix("GET", "/v1/models/", self._model)
         routes.add("POST", "/v1/completions", self._completions)
         routes.add("POST", "/v1/chat/completions", self._chat)
         routes.add("POST", "/v1/embeddings", self._embeddings)
@@ -149,13 +150,21 @@ class Gateway:
         except GatewayError as exc:
             return self._refuse(exc, started)
         models = [m for m in self.config.models() if key.allows(m)]
-        body = {
-            "object": "list",
-            "data": [
-                {"id": m, "object": "model", "created": 0, "owned_by": "podserve"} for m in models
-            ],
-        }
+        body = {"object": "list", "data": [_model_object(m) for m in models]}
         return self._json(orjson.dumps(body), 200, started, 0.0)
+
+    async def _model(self, call: Call) -> Reply:
+        """One model, as the list gives it (the openai SDK's `models.retrieve`); a model
+        the key may not use is as unknown as one the gateway does not serve."""
+        started = time.perf_counter()
+        name = call.params["name"]
+        try:
+            key = await self.accounting.authenticate(call.header(b"authorization"))
+            if name not in self.config.models() or not key.allows(name):
+                raise UnknownModel(f"the model '{shown(name)}' does not exist")
+        except GatewayError as exc:
+            return self._refuse(exc, started)
+        return self._json(orjson.dumps(_model_object(name)), 200, started, 0.0)
 
     # --- the proxied routes ----------------------------------------------------------
     async def _completions(self, call: Call) -> Reply | None:
@@ -401,9 +410,14 @@ class Gateway:
 
     def _refuse(self, exc: GatewayError, started: float) -> Reply:
         self.metrics.rejection(exc.reason).inc()
-        reply = self._json(error_body(str(exc), exc.kind, exc.reason), exc.status, started, 0.0)
+        body = error_body(str(exc), exc.kind, exc.reason)
+        reply = self._json(body, exc.status, started, exc.upstream_s)
         if exc.retry_after_s is not None:
             reply.headers.append((b"retry-after", str(exc.retry_after_s).encode()))
         if exc.close_connection:  # uvicorn closes after a response that says so
             reply.headers.append((b"connection", b"close"))
         return reply
+
+
+def _model_object(name: str) -> dict[str, object]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "podserve"}

@@ -134,14 +134,21 @@ def _error(status: int, message: str) -> Reply:
 class Routes:
     """Exact paths, plus the OIP v2 model paths, which carry the model (and version) name:
     `/v2/models/{m}`, `/v2/models/{m}/ready`, `/v2/models/{m}/infer`,
-    `/v2/models/{m}/versions/{v}/infer` (a name is one non-empty path segment)."""
+    `/v2/models/{m}/versions/{v}/infer` (a name is one non-empty path segment), and
+    prefixes followed by a name (`/v1/models/{id}`)."""
 
     def __init__(self) -> None:
         self._exact: dict[str, dict[str, Handler]] = {}
+        self._prefixed: dict[str, dict[str, Handler]] = {}
         self._v2: dict[str, dict[str, Handler]] = {}
 
     def add(self, method: str, path: str, handler: Handler) -> None:
         self._exact.setdefault(path, {})[method] = handler
+
+    def add_prefix(self, method: str, prefix: str, handler: Handler) -> None:
+        """`prefix` then one name, "/" included (an OpenAI model id may hold one): the
+        name is `params["name"]`."""
+        self._prefixed.setdefault(prefix, {})[method] = handler
 
     def add_v2(self, method: str, shape: str, handler: Handler) -> None:
         """`shape`: "" (metadata), "ready", "infer" or "versions/infer"."""
@@ -151,6 +158,9 @@ class Routes:
         found = self._exact.get(path)
         if found is not None:
             return found, {}
+        for prefix, methods in self._prefixed.items():
+            if path.startswith(prefix) and len(path) > len(prefix):
+                return methods, {"name": path[len(prefix) :]}
         if not path.startswith("/v2/models/"):
             return None
         parts = path[len("/v2/models/") :].split("/")

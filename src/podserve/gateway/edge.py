@@ -27,4 +27,6 @@ def gateway_protocol(config: GatewayConfig) -> type[asyncio.Protocol]:
         max_connections=config.max_connections,
         body_timeout_s=config.body_timeout_s,
     )
-    return bounded_protocol(limits, _refusal)
+    # Every gateway response carries its overhead (docs/gateway.md); a refusal of the
+    # connection or its HTTP is all overhead, and none of it is measured, so it says 0.
+    return bounded_protocol(limits, _refusal, b"x-podserve-gateway-overhead-ms: 0.000\r\n")

@@ -15,6 +15,8 @@ class GatewayError(Exception):
         super().__init__(message)
         self.retry_after_s = retry_after_s
         self.close_connection = False  # the request was not read whole
+        # Time spent waiting on upstreams before this refusal: not the gateway's overhead.
+        self.upstream_s = 0.0
 
 
 class InvalidRequest(GatewayError):

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from podserve.config.egress_proxy import NO_PROXIES, ProxySettings
-from podserve.gateway.errors import NoUpstream, UpstreamFailed
+from podserve.gateway.errors import GatewayError, NoUpstream, UpstreamFailed
 from podserve.gateway.metrics import GatewayMetrics
 from podserve.gateway.retry_budget import RetryBudget
 from podserve.gateway.routing import Router, Target
@@ -143,6 +143,7 @@ class Forwarder:
         last: Attempted | None = None
         error = "no attempt made"
         refused: str | None = None
+        sent = time.perf_counter()
         for index, target in enumerate(targets):
             if index > 0:
                 if not self._budget.try_retry():
@@ -190,9 +191,13 @@ class Forwarder:
             return Attempted(target, response, waited, index + 1)
         if last is not None:
             return last  # every target overloaded: pass the last 503 on, as it came
-        if refused is not None:
-            raise UpstreamFailed(f"{refused} (ask the gateway's operator)")
-        raise NoUpstream(f"no upstream answered for '{model}' ({error})", retry_after_s=1)
+        failure: GatewayError = (
+            UpstreamFailed(f"{refused} (ask the gateway's operator)")
+            if refused is not None
+            else NoUpstream(f"no upstream answered for '{model}' ({error})", retry_after_s=1)
+        )
+        failure.upstream_s = time.perf_counter() - sent
+        raise failure
 
     def finished(self, attempt: Attempted, ok: bool) -> None:
         """The response is done (success or not): release the endpoint's in-flight slot."""

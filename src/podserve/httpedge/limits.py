@@ -72,20 +72,26 @@ def pod_error_body(status: int, code: str, message: str) -> bytes:
 
 
 def bounded_protocol(
-    limits: HttpLimits, error_body: ErrorBody = pod_error_body
+    limits: HttpLimits, error_body: ErrorBody = pod_error_body, refusal_headers: bytes = b""
 ) -> type[asyncio.Protocol]:
     """uvicorn's httptools protocol with `limits` (pass as `uvicorn.Config(http=...)`);
     `error_body(status, code, message)` writes a refusal's JSON in the edge's own error
-    shape."""
+    shape; `refusal_headers` (whole `name: value\r\n` lines) go on every refusal, as the
+    edge puts them on its other responses."""
     return type(
         "BoundedHttpToolsProtocol",
         (BoundedHttpToolsProtocol,),
-        {"limits": limits, "error_body": staticmethod(error_body)},
+        {
+            "limits": limits,
+            "error_body": staticmethod(error_body),
+            "refusal_headers": refusal_headers,
+        },
     )
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     limits: ClassVar[HttpLimits]
+    refusal_headers: ClassVar[bytes] = b""
 
     @staticmethod
     def error_body(status: int, code: str, message: str) -> bytes:  # bounded_protocol's
@@ -254,6 +260,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         ]
         if retry_after:
             head.append(b"retry-after: 1\r\n")
+        head.append(self.refusal_headers)
         self.transport.write(b"".join([*head, b"\r\n", body]))
         self.transport.close()
 
