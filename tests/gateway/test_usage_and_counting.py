@@ -173,3 +173,69 @@ def test_a_null_or_missing_completion_count_is_zero() -> None:
     """Embeddings report no completion tokens (OpenAI leaves the key out)."""
     for usage in ({"prompt_tokens": 4}, {"prompt_tokens": 4, "completion_tokens": None}):
         assert reported_usage(orjson.dumps({"usage": usage})) == Usage(4, 0)
+
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_current_weather",
+        "description": "Get the current weather in a given location, with a forecast",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "location": {"type": "string", "description": "City and state, e.g. Paris"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                "days": {"type": "integer", "minimum": 1, "maximum": 14},
+            },
+            "required": ["location"],
+        },
+    },
+}
+
+
+async def test_a_chat_hold_covers_what_a_template_renders_besides_the_contents() -> None:
+    """Tools, tool calls with their arguments, names: vLLM renders them into the prompt
+    (Llama 3.1's template as `tojson(indent=4)`). Only the contents were counted, so with
+    a tool schema a request's real prompt was larger than its hold. Counted with tiny-lm's
+    tokenizer, the hold must cover the pretty-printed rendering of each."""
+    import json
+
+    from podserve.gateway.tokens import TokenizerCount
+    from podserve.gateway.wire import Endpoint, billable
+    from tests.gateway.support import TINY_LM
+
+    counter = TokenizerCount(TINY_LM / "tokenizer.json")
+    call = {"id": "call_1", "type": "function"}
+    call["function"] = {"name": "get_current_weather", "arguments": '{"location": "Paris"}'}
+    messages = [
+        {"role": "user", "content": "Weather in Paris?", "name": "alice"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"temp": 21}'},
+    ]
+    body = {"model": "m", "messages": messages, "tools": [WEATHER_TOOL] * 3}
+    bill = billable(body, Endpoint.CHAT)
+    held = await PromptCounting({"m": counter}).prompt_tokens(bill)
+    rendered = [json.dumps(WEATHER_TOOL, indent=4)] * 3 + [
+        json.dumps(m, indent=4) for m in messages
+    ]
+    assert held >= sum(counter.counts(rendered))
+    nested: object = WEATHER_TOOL
+    for _ in range(10):  # 14 deep with the tool's own nesting
+        nested = {"properties": nested}
+    deep = billable({"model": "m", "messages": messages[:1], "tools": [nested]}, Endpoint.CHAT)
+    deep_held = await PromptCounting({"m": counter}).prompt_tokens(deep)
+    assert deep_held >= sum(counter.counts([json.dumps(nested, indent=4), rendered[3]]))
+    contents_only = billable({"model": "m", "messages": messages}, Endpoint.CHAT)
+    assert held > await PromptCounting({"m": counter}).prompt_tokens(contents_only) + 300
+
+
+def test_a_clients_own_chat_template_is_refused() -> None:
+    """A template of the client's own can render the messages any number of times: no
+    hold can bound it."""
+    from podserve.gateway.wire import BadRequest, Endpoint, billable
+
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    with pytest.raises(BadRequest, match="chat_template"):
+        billable(
+            {**body, "chat_template": "{% for i in range(9999) %}x{% endfor %}"}, Endpoint.CHAT
+        )

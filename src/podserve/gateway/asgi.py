@@ -158,9 +158,9 @@ class Routes:
         found = self._exact.get(path)
         if found is not None:
             return found, {}
-        for prefix, methods in self._prefixed.items():
+        for prefix, named in self._prefixed.items():
             if path.startswith(prefix) and len(path) > len(prefix):
-                return methods, {"name": path[len(prefix) :]}
+                return named, {"name": path[len(prefix) :]}
         if not path.startswith("/v2/models/"):
             return None
         parts = path[len("/v2/models/") :].split("/")

@@ -77,7 +77,7 @@ class PromptCounting:
             return bill.token_ids  # nothing to count (an OIP request: 0)
         counted = await self.count(bill.model, bill.texts)
         if bill.endpoint is Endpoint.CHAT:
-            return counted + tokens.chat_overhead(len(bill.texts))
+            return counted + tokens.chat_overhead(len(bill.texts)) + bill.layout_tokens
         return counted + bill.token_ids
 
     async def count(self, model: str, texts: Sequence[str]) -> int:

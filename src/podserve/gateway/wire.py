@@ -44,6 +44,8 @@ class Billable:
     choices: int
     texts: tuple[str, ...]  # what the prompt counter reads
     token_ids: int  # prompt tokens the client sent as ids (embeddings)
+    # chat: tokens a template's pretty-printing adds to the JSON in `texts` (`_rendered`)
+    layout_tokens: int = 0
 
 
 # OIP's binary tensor extension: a JSON header of this many bytes, then raw tensors
@@ -103,15 +105,28 @@ def billable(body: dict[str, Any], endpoint: Endpoint) -> Billable:
     if max_tokens is not None:
         max_tokens = min(max_tokens, MAX_OUTPUT_TOKENS)
     texts: list[str] = []
-    token_ids = 0
+    token_ids = layout = 0
     if endpoint is Endpoint.CHAT:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise BadRequest("'messages' must be a non-empty list")
+        if body.get("chat_template") is not None:
+            raise BadRequest(
+                "'chat_template' is not accepted through the gateway: a template of the "
+                "client's own can render the messages into a prompt of any size, which no "
+                "budget hold can bound"
+            )
         for message in messages:
             if not isinstance(message, dict):
                 raise BadRequest("each message must be an object")
             texts.append(_content_text(message.get("content")))
+            rendered = {k: v for k, v in message.items() if k not in _MESSAGE_FRAME}
+            if rendered:  # tool_calls and their arguments, name, tool_call_id, ...
+                layout += _add_rendered(texts, rendered)
+        for field in _RENDERED_FIELDS:
+            value = body.get(field)
+            if value is not None and not isinstance(value, bool):
+                layout += _add_rendered(texts, value)
     else:
         field = "prompt" if endpoint is Endpoint.COMPLETIONS else "input"
         value = body.get(field)
@@ -137,7 +152,38 @@ def billable(body: dict[str, Any], endpoint: Endpoint) -> Billable:
         choices,
         tuple(texts),
         token_ids,
+        layout,
     )
+
+
+# What a chat template renders into the prompt besides the messages' contents. vLLM (and
+# the models' own templates: Llama 3.1, Hermes, Qwen 2.5, Mistral) write the tool
+# definitions into the system turn, each assistant turn's tool calls with their arguments,
+# a message's name and tool_call_id, RAG `documents`, and pass `chat_template_kwargs` to
+# the template; a 2 KB tool schema is hundreds of tokens on every request. Counted, the
+# hold covers them; left out, a request's usage could exceed its hold and the budget.
+_MESSAGE_FRAME = frozenset({"role", "content"})  # the content is counted on its own
+_RENDERED_FIELDS = ("tools", "functions", "documents", "chat_template_kwargs", "tool_choice")
+# Templates print this JSON pretty (`tojson(indent=4)` in Llama 3.1's): counted as orjson
+# renders it with 2-space indentation, plus 2 tokens a line for the deeper indentation
+# (a tokenizer merges a run of spaces into one token or two). With tiny-lm's tokenizer
+# that covers the 4-space rendering of a tool schema nested 14 deep (tests); a template
+# indenting with tabs, deeper still, would cost more.
+_LAYOUT_TOKENS_PER_LINE = 2
+
+
+def _add_rendered(texts: list[str], value: object) -> int:
+    """Add `value` as a template renders it to the texts counted; returns the layout
+    tokens it needs on top."""
+    if isinstance(value, str):
+        texts.append(value)
+        return 0
+    try:
+        text = orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+    except TypeError as exc:  # not JSON-serializable: cannot come from a JSON body
+        raise BadRequest(f"a chat field could not be read: {exc}") from exc
+    texts.append(text)
+    return _LAYOUT_TOKENS_PER_LINE * text.count("\n")
 
 
 def _content_text(content: object) -> str:
