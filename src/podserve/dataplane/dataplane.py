@@ -30,6 +30,7 @@ import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import podserve
@@ -322,13 +323,12 @@ class DataPlane:
         self._model_control.authorize(call)
         if self._lifecycle.draining:
             raise Draining()
-        await self._repository.load(name)
-        self._model_control.loaded(name)
+        # Recorded by the load itself: a caller cut short never gets past this await.
+        await self._repository.load(name, on_success=partial(self._model_control.loaded, name))
 
     async def unload_model(self, name: str, call: CallContext | None = None) -> None:
         self._model_control.authorize(call)
-        await self._repository.unload(name)
-        self._model_control.unloaded(name)
+        await self._repository.unload(name, on_success=partial(self._model_control.unloaded, name))
 
     # --- Triton's model configuration and statistics extensions ----------------------
     def model_config(self, name: str, version: str | None = None) -> ModelConfigView:

@@ -16,7 +16,9 @@ Triton: a load sent while an unload waits for requests in flight waits for that 
 then loads; an unload sent during a load waits for the load, then unloads. The state
 after them is what the last request asked for, and every instance loaded is closed once.
 A load or unload, once started, finishes even if its caller stops waiting: cut short, it
-would leave a model LOADING or UNLOADING for good, or an instance nobody closes.
+would leave a model LOADING or UNLOADING for good, or an instance nobody closes. So what
+must follow its outcome (the data plane's record of models unloaded on purpose) is done by
+the operation itself, through `on_success`, not by the caller once it returns.
 """
 
 from __future__ import annotations
@@ -186,57 +188,67 @@ class ModelRepository:
                 with contextlib.suppress(ModelLoadFailed, Unavailable):
                     await self.load(entry.name, entry.version)
 
-    async def load(self, name: str, version: str | None = None) -> None:
+    async def load(
+        self, name: str, version: str | None = None, *, on_success: Callable[[], None] | None = None
+    ) -> None:
+        """Load the model (the latest version when none is given). `on_success` runs when
+        it is READY, in the load's turn, whether or not the caller still waits."""
         entry = self.entry(name, version)
-        await self._carry_out(self._load_entry(entry))
+        await self._carry_out(self._load_entry(entry, on_success), "load", entry.name)
 
-    async def _load_entry(self, entry: ModelEntry) -> None:
-        name = entry.name
+    async def _load_entry(self, entry: ModelEntry, on_success: Callable[[], None] | None) -> None:
         async with self._turn(entry, "load"):
-            if entry.state is ModelState.READY:
-                return
-            entry.state, entry.error = ModelState.LOADING, None
-            self.last_progress_s = started = self._clock.now_s()
-            log.info("loading model", extra={"model": name, "version": entry.version})
-            try:
-                config = entry.config
-                if config.source_uri is not None:
-                    config = await asyncio.to_thread(fetch_source, config, self._policy.cache_dir)
-                    entry.config = config
-                    self.last_progress_s = self._clock.now_s()
-                entry.memory_bytes = config.memory_bytes or model_size_bytes(config)
-                await self._make_room(entry)
-                # A thread that ends with the load: see load_thread.py (OpenMP teams).
-                model = await run_on_own_thread(
-                    f"podserve-load-{name}", load_and_warm, config, self._engines
-                )
-            except Unavailable as exc:
-                entry.state, entry.error = ModelState.UNAVAILABLE, exc.message
-                raise
-            except Exception as exc:
-                entry.state = ModelState.FAILED
-                entry.error = exc.message if isinstance(exc, PodserveError) else repr(exc)
+            await self._load_held(entry)
+            if on_success is not None:
+                on_success()
+
+    async def _load_held(self, entry: ModelEntry) -> None:
+        """Load the model unless it is READY. The caller holds `entry.lock`."""
+        name = entry.name
+        if entry.state is ModelState.READY:
+            return
+        entry.state, entry.error = ModelState.LOADING, None
+        self.last_progress_s = started = self._clock.now_s()
+        log.info("loading model", extra={"model": name, "version": entry.version})
+        try:
+            config = entry.config
+            if config.source_uri is not None:
+                config = await asyncio.to_thread(fetch_source, config, self._policy.cache_dir)
+                entry.config = config
                 self.last_progress_s = self._clock.now_s()
-                log.error("model failed to load", extra={"model": name, "error": entry.error})
-                raise ModelLoadFailed(f"model {name!r} failed to load: {entry.error}") from exc
-            entry.worker = self._worker_factory(config, model)
-            entry.load_seconds = self._clock.now_s() - started
-            entry.last_used_s = self._clock.now_s()
-            entry.state = ModelState.READY
-            self.last_progress_s = self._clock.now_s()
-            log.info(
-                "model ready",
-                extra={
-                    "model": name,
-                    "version": entry.version,
-                    "load_seconds": round(entry.load_seconds, 3),
-                    "memory_bytes": entry.memory_bytes,
-                    # The startup probe must allow the observed load time plus headroom.
-                    "recommended_startup_budget_s": round(entry.load_seconds * 1.5, 1),
-                },
+            entry.memory_bytes = config.memory_bytes or model_size_bytes(config)
+            await self._make_room(entry)
+            # A thread that ends with the load: see load_thread.py (OpenMP teams).
+            model = await run_on_own_thread(
+                f"podserve-load-{name}", load_and_warm, config, self._engines
             )
-            if self._on_loaded is not None:
-                self._on_loaded(entry)
+        except Unavailable as exc:
+            entry.state, entry.error = ModelState.UNAVAILABLE, exc.message
+            raise
+        except Exception as exc:
+            entry.state = ModelState.FAILED
+            entry.error = exc.message if isinstance(exc, PodserveError) else repr(exc)
+            self.last_progress_s = self._clock.now_s()
+            log.error("model failed to load", extra={"model": name, "error": entry.error})
+            raise ModelLoadFailed(f"model {name!r} failed to load: {entry.error}") from exc
+        entry.worker = self._worker_factory(config, model)
+        entry.load_seconds = self._clock.now_s() - started
+        entry.last_used_s = self._clock.now_s()
+        entry.state = ModelState.READY
+        self.last_progress_s = self._clock.now_s()
+        log.info(
+            "model ready",
+            extra={
+                "model": name,
+                "version": entry.version,
+                "load_seconds": round(entry.load_seconds, 3),
+                "memory_bytes": entry.memory_bytes,
+                # The startup probe must allow the observed load time plus headroom.
+                "recommended_startup_budget_s": round(entry.load_seconds * 1.5, 1),
+            },
+        )
+        if self._on_loaded is not None:
+            self._on_loaded(entry)
 
     async def _make_room(self, entry: ModelEntry) -> None:
         budget = self._policy.memory_budget_bytes
@@ -286,16 +298,26 @@ class ModelRepository:
         return min(idle, key=lambda e: e.last_used_s, default=None)
 
     # --- unloading ---------------------------------------------------------------------
-    async def unload(self, name: str, version: str | None = None) -> None:
-        """Unload one version, or every version of the model when none is given."""
+    async def unload(
+        self,
+        name: str,
+        version: str | None = None,
+        *,
+        on_success: Callable[[], None] | None = None,
+    ) -> None:
+        """Unload one version, or every version of the model when none is given.
+        `on_success` runs once they are all unloaded, in the unload's turn, whether or not
+        the caller still waits."""
         targets = (
             [self.entry(name, version)]
             if version
             else [self._entries[(name, v)] for v in self.versions(self.entry(name).name)]
         )
-        await self._carry_out(self._unload_all(targets))
+        await self._carry_out(self._unload_all(targets, on_success), "unload", name)
 
-    async def _unload_all(self, targets: list[ModelEntry]) -> None:
+    async def _unload_all(
+        self, targets: list[ModelEntry], on_success: Callable[[], None] | None
+    ) -> None:
         # Every version's turn first, so a load sent while an earlier version drains waits
         # for this unload instead of finding the latest still READY. Always taken in
         # version order, so two unloads of a model cannot each hold what the other needs.
@@ -304,6 +326,8 @@ class ModelRepository:
                 await turns.enter_async_context(self._turn(entry, "unload"))
             for entry in targets:
                 await self._unload_entry(entry)
+            if on_success is not None:
+                on_success()
 
     async def _unload_entry(self, entry: ModelEntry) -> None:
         """Stop taking requests for the model, let admitted ones finish, then free it.
@@ -334,15 +358,25 @@ class ModelRepository:
         async with entry.lock:
             yield
 
-    async def _carry_out(self, operation: Coroutine[Any, Any, None]) -> None:
+    async def _carry_out(
+        self, operation: Coroutine[Any, Any, None], action: str, name: str
+    ) -> None:
         """Run a load or unload to its end even if the caller is cancelled (a gRPC deadline,
-        a client gone): the caller stops waiting, the operation does not."""
+        a client gone): the caller stops waiting, the operation does not. What must follow
+        the operation's outcome is its `on_success`, not code after this await, which a
+        cancelled caller never runs."""
         task = asyncio.ensure_future(operation)
         self._operations.add(task)
         task.add_done_callback(self._operations.discard)
         try:
             await asyncio.shield(task)
         except asyncio.CancelledError:
+            if not task.done():
+                # Said, since the model then changes state later with no request to show.
+                log.info(
+                    "the caller of a model load or unload left; it goes on",
+                    extra={"model": name, "action": action},
+                )
             task.add_done_callback(_log_unheard_failure)
             raise
 

@@ -17,11 +17,7 @@ from podserve.generation.sampling import SamplingParams
 from podserve.generation.stream import TokenEvent
 from podserve.httpedge.decoding import BodyDecoding
 from podserve.protocol.openai import completions as oai
-from podserve.protocol.openai import (
-    decode_embedding_request,
-    encode_embedding_response,
-    encode_model_list,
-)
+from podserve.protocol.openai import decode_embedding_request, encode_embedding_response
 from podserve.server import streams as streams_io
 from podserve.server.errors import openai_error
 from podserve.server.http import Request, Response, StreamingResponse
@@ -32,11 +28,6 @@ class OpenAIRoutes:
         self._dataplane = dataplane
         self._decoding = decoding
         self._max_body_bytes = dataplane.edge.max_body_bytes
-        self._started_s = int(time.time())
-
-    async def models(self, request: Request) -> Response:
-        names = self._dataplane.served_model_names()
-        return Response(200, encode_model_list(names, self._started_s))
 
     async def embeddings(self, request: Request) -> Response:
         body = await request.body(self._max_body_bytes)

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
-from typing import Any
 
 from podserve.admission.reservations import Reservation
 from podserve.core.errors import InvalidInput, ModelNotFound
@@ -34,13 +32,10 @@ from podserve.server.grpc.handlers import parse_infer_request
 from podserve.server.grpc.shared_memory import SharedMemoryRpcs
 from podserve.server.grpc.status import abort_with_status, request_code, status_on_error
 from podserve.server.grpc.stream import StreamInferRpc
+from podserve.server.repository_requests import refuse_parameters
 
 # The `endpoint` label the data plane records for unary gRPC inference.
 INFER_ENDPOINT = "grpc.ModelInfer"
-
-# Parameters tritonclient's unload_model always sends; podserve has no ensembles, so
-# there are no dependents and the value changes nothing.
-_UNLOAD_PARAMETERS = frozenset({"unload_dependents"})
 
 
 class Asked:
@@ -221,7 +216,7 @@ class InferenceServicer(SharedMemoryRpcs, StreamInferRpc):
         async with status_on_error(context, "RepositoryModelLoad"):
             _check_repository_name(request.repository_name)
             _check_model_name(request.model_name)
-            _refuse_parameters(request.parameters, frozenset(), "load")
+            refuse_parameters(request.parameters, "load")
             await self._dataplane.load_model(request.model_name, admin_call(context))
             return pb.RepositoryModelLoadResponse()
 
@@ -231,7 +226,7 @@ class InferenceServicer(SharedMemoryRpcs, StreamInferRpc):
         async with status_on_error(context, "RepositoryModelUnload"):
             _check_repository_name(request.repository_name)
             _check_model_name(request.model_name)
-            _refuse_parameters(request.parameters, _UNLOAD_PARAMETERS, "unload")
+            refuse_parameters(request.parameters, "unload")
             await self._dataplane.unload_model(request.model_name, admin_call(context))
             return pb.RepositoryModelUnloadResponse()
 
@@ -250,11 +245,3 @@ def _check_repository_name(name: str) -> None:
 def _check_model_name(name: str) -> None:
     if not name:
         raise InvalidInput("model_name is required")
-
-
-def _refuse_parameters(params: Mapping[str, Any], allowed: frozenset[str], action: str) -> None:
-    # Triton's load parameters override the model config or upload model files; podserve
-    # loads from its configured repository only, so these are refused, not ignored.
-    unsupported = sorted(set(params) - allowed)
-    if unsupported:
-        raise InvalidInput(f"{action} parameters are not supported: {', '.join(unsupported)}")
