@@ -5,6 +5,8 @@ its lease."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -63,4 +65,56 @@ async def test_a_reservation_made_after_the_refusal_is_released(postgres_dsn: st
         await store.drain_ledger()
         rows = await store.spend(Dimension.KEY)
         assert [(r.cost_micro, r.requests) for r in rows] == [(19, 2)]  # the late one at 0
+        await store.close()
+
+
+async def test_a_reservation_whose_call_timed_out_is_released_when_it_lands(
+    postgres_dsn: str,
+) -> None:
+    """Redis hung past the client's own socket timeout: the reservation call fails, so its
+    outcome is unknown, yet the script was sent and runs when Redis resumes. It was left
+    to its lease, which charged the refused request its whole hold; now housekeeping
+    settles it at zero once it has landed."""
+    from podserve.gateway.store.redis_postgres import RedisPostgresStore
+
+    with redis_server() as url:
+        reset_shared_store(url, postgres_dsn)
+        store = RedisPostgresStore(url, postgres_dsn, timeout_s=0.5)
+        await store.setup()
+        accounting = Accounting(load_gateway_config(CONFIG), store)
+        _, digest = new_key()
+        key = KeyRecord(
+            key_id_of(digest), digest, "t", "ns", (), 10_000, None, None, None, False, time.time()
+        )
+        await store.create_key(key)
+        bill = billable({"model": "m", "prompt": "abc", "max_tokens": 8}, Endpoint.COMPLETIONS)
+        first = await accounting.admit(key, bill)  # connections warm, scripts loaded
+        assert await accounting.settle(first, Usage(3, 8), Outcome.OK, "pool") == 19
+        with redis.Redis.from_url(url) as r:
+            pid = int(r.info("server")["process_id"])
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(StoreDown):
+                await accounting.admit(key, bill, "timed-out")
+            await accounting.quiesce()  # the call ends at the client's 0.5 s socket timeout
+            with contextlib.suppress(StoreDown):  # no release is made while Redis is hung
+                await accounting.retry_settlements()
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        # Redis runs the queued script (the hold lands); housekeeping's next rounds settle
+        # it at zero (one that finds it not landed yet keeps it for the next round).
+        left = -1
+        for _ in range(100):
+            with contextlib.suppress(StoreDown):
+                left = await accounting.retry_settlements()
+            if left == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert left == 0
+        with redis.Redis.from_url(url) as r:
+            scope = r.hgetall(f"gw:scope:key:{key.key_id}")
+        assert (int(scope[b"c"]), int(scope.get(b"r", 0))) == (19, 0)  # nothing left held
+        await store.drain_ledger()
+        rows = await store.spend(Dimension.KEY)
+        assert [(r.cost_micro, r.requests) for r in rows] == [(19, 2)]  # refused one at 0
         await store.close()

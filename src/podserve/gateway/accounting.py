@@ -94,8 +94,10 @@ class Accounting:
         self._local = LocalBudgets(config.fail_open.replicas)
         # Settlements the store did not take (down, or a SQLite file locked by another
         # writer): housekeeping retries them until it does or their lease runs out
-        # (`retry_settlements`). Dropped, each lease charged its request in full.
-        self._unsettled: deque[Settlement] = deque(maxlen=MAX_UNSETTLED)
+        # (`retry_settlements`). Dropped, each lease charged its request in full. The
+        # second member: until when to keep settling one that finds nothing to settle
+        # (the release of a reservation whose outcome is unknown), else None.
+        self._unsettled: deque[tuple[Settlement, float | None]] = deque(maxlen=MAX_UNSETTLED)
         self.prices = price_table(config)
         # The releases of reservations made after their deadline.
         self._background: set[asyncio.Future[Any]] = set()
@@ -240,6 +242,7 @@ class Accounting:
                     lambda: self.store.reserve(hold),
                     deadline,
                     lambda late: self._release(hold, late),
+                    unknown=partial(self._release_unknown, hold),
                 )
                 deadline = None  # a wait for budget below is not the store's slowness
             except StoreDown:
@@ -278,6 +281,15 @@ class Accounting:
         self._background.add(task)
         task.add_done_callback(self._released)
 
+    def _release_unknown(self, hold: Hold) -> None:
+        """A reservation call that missed its deadline, then failed: on a hung Redis the
+        client's socket timeout ends it, but the script was sent and runs when Redis
+        resumes, so its request, refused with a 503, was charged in full by the lease.
+        Housekeeping settles it at zero until that succeeds or its lease is over (before
+        it lands, a settlement finds nothing: it is tried again)."""
+        nothing = Settlement(hold.reservation_id, Usage(0, 0), 0, "", Outcome.ERROR, self._wall())
+        self._unsettled.append((nothing, hold.lease_until + self._config.defaults.lease_s))
+
     def _released(self, task: asyncio.Future[Any]) -> None:
         self._background.discard(task)
         if not task.cancelled() and task.exception() is not None:
@@ -307,10 +319,12 @@ class Accounting:
         settlement is idempotent (the second finds its reservation gone), and one whose
         lease ran out meanwhile finds it charged: either way it is done."""
         unsettled = self._unsettled
-        while unsettled:
-            settlement = unsettled[0]
-            await self.calls.call(partial(self.store.settle, settlement), refusable=False)
+        for _ in range(len(unsettled)):
+            settlement, until = unsettled[0]
+            done = await self.calls.call(partial(self.store.settle, settlement), refusable=False)
             unsettled.popleft()
+            if not done and until is not None and self._wall() < until:
+                unsettled.append((settlement, until))  # its reservation may land yet
         return len(unsettled)
 
     async def flush_offline(self) -> int:
@@ -345,7 +359,7 @@ class Accounting:
         except StoreDown:
             # The reservation stays held; retried by housekeeping, and if the store is not
             # back before its lease runs out, the lease charges it in full.
-            self._unsettled.append(settlement)
+            self._unsettled.append((settlement, None))
             log.error("settlement failed: retried until the reservation's lease runs out")
         except Exception:
             # Not the store's failure (a bug): this request's reservation is left to its

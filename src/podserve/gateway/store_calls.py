@@ -87,9 +87,13 @@ class StoreCalls:
         deadline: float | None = None,
         late: Callable[[T], None] | None = None,
         refusable: bool = True,
+        unknown: Callable[[], None] | None = None,
     ) -> T:
         """`op()` under the deadline (`deadline`, else `storeTimeoutMs` from now); not made
-        at all, StoreDown at once, when `refusable` and the breaker is open."""
+        at all, StoreDown at once, when `refusable` and the breaker is open. A call that
+        missed the deadline and later answers goes to `late`; one that later fails
+        (the client's socket timeout on a hung Redis) goes to `unknown`: its command may
+        still run once the store resumes."""
         now = self._mono()
         if refusable:
             if not self.breaker.allows(now):
@@ -127,7 +131,7 @@ class StoreCalls:
         else:
             self.background.add(task)
             task.add_done_callback(self.background.discard)
-        task.add_done_callback(lambda done: _consume(done, late))
+        task.add_done_callback(lambda done: _consume(done, late, unknown))
         missed = StoreUnavailable("the store did not answer before the deadline")
         raise _down() from missed
 
@@ -158,10 +162,19 @@ class StoreCalls:
             log.info("store answering again")
 
 
-def _consume(task: asyncio.Future[T], late: Callable[[T], None] | None) -> None:
-    """A store call that missed its deadline ended: hand a result to `late`; retrieve an
-    error so asyncio does not log it as never retrieved."""
-    if task.cancelled() or task.exception() is not None:
+def _consume(
+    task: asyncio.Future[T],
+    late: Callable[[T], None] | None,
+    unknown: Callable[[], None] | None,
+) -> None:
+    """A store call that missed its deadline ended: hand a result to `late`, or say that
+    its outcome is unknown; retrieve an error so asyncio does not log it as never
+    retrieved."""
+    if task.cancelled():
+        return
+    if task.exception() is not None:
+        if unknown is not None:
+            unknown()
         return
     if late is not None:
         late(task.result())
