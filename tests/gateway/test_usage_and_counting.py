@@ -205,8 +205,8 @@ async def test_a_chat_hold_covers_what_a_template_renders_besides_the_contents()
     from tests.gateway.support import TINY_LM
 
     counter = TokenizerCount(TINY_LM / "tokenizer.json")
-    call = {"id": "call_1", "type": "function"}
-    call["function"] = {"name": "get_current_weather", "arguments": '{"location": "Paris"}'}
+    function = {"name": "get_current_weather", "arguments": '{"location": "Paris"}'}
+    call = {"id": "call_1", "type": "function", "function": function}
     messages = [
         {"role": "user", "content": "Weather in Paris?", "name": "alice"},
         {"role": "assistant", "content": None, "tool_calls": [call]},
