@@ -57,7 +57,7 @@ def test_prices_and_output_caps_past_the_exact_range_are_refused() -> None:
         ("- a list", "mapping"),
         (
             "fallbacks: [{name: h, baseUrl: 'http://h/v1', models: [m], upstreamModels: {x: y}}]",
-            "h: prices/upstreamModels name models it does not serve: x",
+            "h: prices/upstreamModels/tokenizers name models it does not serve: x",
         ),
         (
             "fallbacks: [{name: h, baseUrl: 'http://h/v1', models: [m], upstreamModels: {m: ''}}]",

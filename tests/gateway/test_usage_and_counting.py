@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 import orjson
 import pytest
@@ -239,3 +240,83 @@ def test_a_clients_own_chat_template_is_refused() -> None:
         billable(
             {**body, "chat_template": "{% for i in range(9999) %}x{% endfor %}"}, Endpoint.CHAT
         )
+
+
+def _char_tokenizer(path: Path) -> Path:
+    """A tokenizer.json that makes one token of each character: a fallback's tokenizer
+    that counts far more than tiny-lm's BPE."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+
+    tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex("."), "isolated")
+    out = path / "tokenizer.json"
+    tokenizer.save(str(out))
+    return out
+
+
+def test_a_fallback_that_tokenizes_otherwise_is_held_at_the_larger_count(tmp_path: Path) -> None:
+    """A hosted fallback knowing the model by another name bills with its own tokenizer:
+    the prompt, counted before the upstream is chosen, was held at tiny-lm's count (241
+    tokens held, 540 billed in a probe). Held now at the larger of the two counts, or at
+    the byte bound when the fallback names no tokenizer."""
+    from podserve.config.gateway_config import load_gateway_config
+    from podserve.core.errors import InvalidInput
+    from podserve.gateway.counting import prompt_counters
+    from tests.gateway.support import TINY_LM
+
+    chars = _char_tokenizer(tmp_path)
+    base = f"""
+pools: [{{name: chat, models: [m], endpoints: ["http://127.0.0.1:1"]}}]
+prices:
+  m: {{inputPerMillionUsd: 1, outputPerMillionUsd: 2, tokenizer: "{TINY_LM}/tokenizer.json"}}
+fallbacks: [{{name: hosted, baseUrl: "http://127.0.0.1:2/v1", models: [m]{{extra}}}}]
+"""
+    text = "Schwarzwälder Kirschtorte, please: 12345"
+    own = load_gateway_config(base.replace("{extra}", ""))
+    renamed = load_gateway_config(base.replace("{extra}", ", upstreamModels: {m: x}"))
+    named = load_gateway_config(
+        base.replace("{extra}", f', upstreamModels: {{m: x}}, tokenizers: {{m: "{chars}"}}')
+    )
+    tiny = prompt_counters(own)["m"].counts([text])[0]  # same name: same tokenizer assumed
+    assert "m" not in prompt_counters(renamed)  # no tokenizer for it: the byte bound
+    assert tiny < len(text)  # the BPE count is the smaller one here
+    assert prompt_counters(named)["m"].counts([text]) == [len(text)]
+    with pytest.raises(InvalidInput, match="tokenizers"):
+        load_gateway_config(base.replace("{extra}", f', tokenizers: {{other: "{chars}"}}'))
+
+
+async def test_an_image_part_is_held_at_the_models_bound_or_refused() -> None:
+    """An image's tokens are the model's (LLaVA 1.5: 576 an image); its URL was counted as
+    70 bytes of JSON, and a probe spent 602 micro-dollars against a budget of 100. With
+    `mediaPartTokens` each non-text part is held at that; without it, refused."""
+    from podserve.config.gateway_config import load_gateway_config
+    from podserve.gateway.accounting import Accounting
+    from podserve.gateway.errors import InvalidRequest
+    from podserve.gateway.keys import KeyRecord, key_id_of, new_key
+    from podserve.gateway.store.sqlite import SqliteStore
+    from podserve.gateway.wire import Endpoint, billable
+
+    config = load_gateway_config(
+        "prices:\n"
+        "  vision: {inputPerMillionUsd: 1, outputPerMillionUsd: 1, mediaPartTokens: 576}\n"
+        "  text: {inputPerMillionUsd: 1, outputPerMillionUsd: 1}\n"
+    )
+    store = SqliteStore(":memory:")
+    accounting = Accounting(config, store)
+    _, digest = new_key()
+    key = KeyRecord(key_id_of(digest), digest, "t", "ns", (), None, None, None, None, False, 0.0)
+    await store.create_key(key)
+    image = {"type": "image_url", "image_url": {"url": "https://x/cat.png"}}
+    content = [{"type": "text", "text": "what is it?"}, image, image]
+
+    def chat(model: str, parts: list[object]) -> dict[str, object]:
+        message = {"role": "user", "content": parts}
+        return {"model": model, "messages": [message], "max_tokens": 1}
+
+    with_images = billable(chat("vision", content), Endpoint.CHAT)
+    text_only = billable(chat("vision", content[:1]), Endpoint.CHAT)
+    assert with_images.media_parts == 2
+    held = (await accounting.admit(key, with_images)).prompt_tokens
+    assert held == (await accounting.admit(key, text_only)).prompt_tokens + 2 * 576
+    with pytest.raises(InvalidRequest, match="mediaPartTokens"):
+        await accounting.admit(key, billable(chat("text", content), Endpoint.CHAT))

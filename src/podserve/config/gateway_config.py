@@ -119,6 +119,14 @@ class Price(_Section):
     tokenizer: str | None = Field(
         None, description="tokenizer.json of the model: exact prompt counts (else a bound)."
     )
+    media_part_tokens: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_OUTPUT_TOKENS,
+        description="The most prompt tokens one non-text content part (an image, audio) "
+        "of a chat message costs at this model (LLaVA 1.5: 576 an image); without it, "
+        "such parts are refused: nothing else bounds them.",
+    )
 
     @model_validator(mode="after")
     def _priced(self) -> Price:
@@ -181,6 +189,12 @@ class Fallback(_Section):
         "(`{llama-3-8b: gpt-4o-mini}`): the `model` of the OpenAI routes' bodies sent to it.",
     )
     prices: dict[str, Price] = Field(default_factory=dict, description=_UPSTREAM_PRICES)
+    tokenizers: dict[str, str] = Field(
+        default_factory=dict,
+        description="tokenizer.json of the model this API serves under another name "
+        "(`upstreamModels`), per gateway model: a prompt is held at the larger of its "
+        "counts. A renamed model without one is held at the prompt's byte bound.",
+    )
 
 
 class OnBudgetShort(StrEnum):
@@ -388,14 +402,14 @@ class GatewayConfig(_Section):
         for up in upstreams:
             named = set(up.prices)
             if isinstance(up, Fallback):
-                named |= set(up.upstream_models)
+                named |= set(up.upstream_models) | set(up.tokenizers)
                 empty = sorted(m for m, name in up.upstream_models.items() if not name.strip())
                 if empty:
                     raise ValueError(f"{up.name}.upstreamModels: no name for {', '.join(empty)}")
             stray = sorted(named - set(up.models))
             if stray:
                 raise ValueError(
-                    f"{up.name}: prices/upstreamModels name models it does not serve: "
+                    f"{up.name}: prices/upstreamModels/tokenizers name models it does not serve: "
                     f"{', '.join(stray)}"
                 )
             tokenized = sorted(m for m, price in up.prices.items() if price.tokenizer)

@@ -19,10 +19,10 @@ from functools import partial
 from typing import Any
 
 from podserve.config.gateway_config import GatewayConfig, OnBudgetShort
-from podserve.gateway import tokens
 from podserve.gateway.budget import Grant, HoldPlan, Refusal, Usage, plan_hold
-from podserve.gateway.counting import PromptCounting
+from podserve.gateway.counting import PromptCounting, prompt_counters
 from podserve.gateway.errors import (
+    InvalidRequest,
     ModelForbidden,
     OverLimit,
     StoreDown,
@@ -101,14 +101,8 @@ class Accounting:
         self.prices = price_table(config)
         # The releases of reservations made after their deadline.
         self._background: set[asyncio.Future[Any]] = set()
-        counters: dict[str, tokens.Counter] = {}
         self._key_limits: dict[KeyRecord, KeyLimits] = {}
-        for model, price in config.prices.items():
-            if price.tokenizer is not None:
-                from pathlib import Path
-
-                counters[model] = tokens.TokenizerCount(Path(price.tokenizer))
-        self.counting = PromptCounting(counters)
+        self.counting = PromptCounting(prompt_counters(config))
 
     def deadline(self) -> float:
         """A request's store deadline (`StoreCalls.deadline`)."""
@@ -207,6 +201,8 @@ class Accounting:
             raise ModelForbidden(f"this key may not use model '{shown(bill.model)}'")
         rate = self.rate(bill.model)
         prompt = await self.counting.prompt_tokens(bill)
+        if bill.media_parts:
+            prompt += bill.media_parts * self._media_part_tokens(bill.model)
         generates = bill.endpoint in (Endpoint.COMPLETIONS, Endpoint.CHAT)
         if generates:
             requested = None if bill.max_tokens is None else bill.max_tokens * bill.choices
@@ -280,6 +276,17 @@ class Accounting:
         )
         self._background.add(task)
         task.add_done_callback(self._released)
+
+    def _media_part_tokens(self, model: str) -> int:
+        price = self._config.prices.get(model)
+        bound = None if price is None else price.media_part_tokens
+        if bound is None:
+            raise InvalidRequest(
+                f"model '{shown(model)}' takes no image or audio parts through this gateway: "
+                "their prompt tokens are unbounded until its operator sets "
+                f"prices.{shown(model)}.mediaPartTokens"
+            )
+        return bound
 
     def _release_unknown(self, hold: Hold) -> None:
         """A reservation call that missed its deadline, then failed: on a hung Redis the

@@ -37,6 +37,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
+from podserve.config.gateway_config import GatewayConfig
 from podserve.gateway import tokens
 from podserve.gateway.wire import Billable, Endpoint
 
@@ -147,3 +148,30 @@ class PromptCounting:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def prompt_counters(config: GatewayConfig) -> dict[str, tokens.Counter]:
+    """The tokenizer each model's prompts are counted with; a model without one is held
+    at the byte bound (counting.py). A fallback that knows the model by another name
+    tokenizes it its own way: held at the larger count when the fallback names its
+    tokenizer (`fallbacks[].tokenizers`), else at the byte bound, since the prompt is
+    counted before the upstream is chosen and the model's own count could be short of
+    what the fallback bills (241 tokens held, 540 billed, in a probe)."""
+    from pathlib import Path
+
+    counters: dict[str, tokens.Counter] = {}
+    for model, price in config.prices.items():
+        if price.tokenizer is None:
+            continue
+        found: list[tokens.Counter] = [tokens.TokenizerCount(Path(price.tokenizer))]
+        unknown = False
+        for fallback in config.fallbacks:
+            if model not in fallback.models:
+                continue
+            if model in fallback.tokenizers:
+                found.append(tokens.TokenizerCount(Path(fallback.tokenizers[model])))
+            elif model in fallback.upstream_models:
+                unknown = True
+        if not unknown:
+            counters[model] = found[0] if len(found) == 1 else tokens.LargestCount(tuple(found))
+    return counters

@@ -36,6 +36,19 @@ class Counter(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class LargestCount:
+    """Each text's largest count among tokenizers: a model served by upstreams that
+    tokenize differently (a hosted fallback knowing it by another name) is held at what
+    the dearest of them could bill."""
+
+    counters: tuple[Counter, ...]
+
+    def counts(self, texts: Sequence[str]) -> list[int]:
+        each = [counter.counts(texts) for counter in self.counters]
+        return [max(column) for column in zip(*each, strict=True)]
+
+
 class ByteBound:
     """The tokenizer-free upper bound."""
 

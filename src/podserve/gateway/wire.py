@@ -46,6 +46,7 @@ class Billable:
     token_ids: int  # prompt tokens the client sent as ids (embeddings)
     # chat: tokens a template's pretty-printing adds to the JSON in `texts` (`_rendered`)
     layout_tokens: int = 0
+    media_parts: int = 0  # chat: content parts that are not text (images, audio)
 
 
 # OIP's binary tensor extension: a JSON header of this many bytes, then raw tensors
@@ -105,7 +106,7 @@ def billable(body: dict[str, Any], endpoint: Endpoint) -> Billable:
     if max_tokens is not None:
         max_tokens = min(max_tokens, MAX_OUTPUT_TOKENS)
     texts: list[str] = []
-    token_ids = layout = 0
+    token_ids = layout = media = 0
     if endpoint is Endpoint.CHAT:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
@@ -119,7 +120,9 @@ def billable(body: dict[str, Any], endpoint: Endpoint) -> Billable:
         for message in messages:
             if not isinstance(message, dict):
                 raise BadRequest("each message must be an object")
-            texts.append(_content_text(message.get("content")))
+            text, parts = _content_text(message.get("content"))
+            texts.append(text)
+            media += parts
             rendered = {k: v for k, v in message.items() if k not in _MESSAGE_FRAME}
             if rendered:  # tool_calls and their arguments, name, tool_call_id, ...
                 layout += _add_rendered(texts, rendered)
@@ -153,6 +156,7 @@ def billable(body: dict[str, Any], endpoint: Endpoint) -> Billable:
         tuple(texts),
         token_ids,
         layout,
+        media,
     )
 
 
@@ -186,17 +190,21 @@ def _add_rendered(texts: list[str], value: object) -> int:
     return _LAYOUT_TOKENS_PER_LINE * text.count("\n")
 
 
-def _content_text(content: object) -> str:
+def _content_text(content: object) -> tuple[str, int]:
+    """A message content's text, and how many of its parts are not text (an image's
+    tokens are the model's to say: `prices.<model>.mediaPartTokens`; its URL or base64
+    says nothing of them)."""
     if content is None or isinstance(content, str):
-        return content or ""
+        return content or "", 0
     if isinstance(content, list):
-        # Non-text parts (images) have no byte bound we can trust: count their JSON.
-        return "".join(
-            str(p.get("text", ""))
-            if isinstance(p, dict) and p.get("type") == "text"
-            else orjson.dumps(p).decode()
-            for p in content
-        )
+        texts: list[str] = []
+        media = 0
+        for part in content:
+            if isinstance(part, dict) and part.get("type") == "text":
+                texts.append(str(part.get("text", "")))
+            else:
+                media += 1
+        return "".join(texts), media
     raise BadRequest("message 'content' must be a string, a list of parts, or null")
 
 
