@@ -381,8 +381,8 @@ def test_a_provider_refusing_the_gateways_key_is_a_502_and_the_next_fallback_ans
     assert refused == 1
 
 
-class _Silent(BaseHTTPRequestHandler):
-    """A pod that is ready but does not answer a request before the gateway gives up."""
+class _ReadyPod(BaseHTTPRequestHandler):
+    """A pod whose /ready and /metrics answer 200 (its POSTs are the subclass's)."""
 
     def do_GET(self) -> None:
         self.send_response(200)
@@ -390,12 +390,16 @@ class _Silent(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(b"{}")
 
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class _Silent(_ReadyPod):
+    """A pod that is ready but does not answer a request before the gateway gives up."""
+
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("content-length", "0")))
         time.sleep(3)
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 def test_the_time_waited_on_upstreams_is_not_reported_as_overhead(
@@ -428,3 +432,51 @@ def test_the_time_waited_on_upstreams_is_not_reported_as_overhead(
     assert "no upstream answered" in reply.json()["error"]["message"]
     # the 1 s the upstream was waited on is not in it (before: 1000 ms and more)
     assert float(reply.headers["x-podserve-gateway-overhead-ms"]) < 1000
+
+
+class _UsageThenTokens(_ReadyPod):
+    """An upstream that reports its usage, then goes on streaming tokens (a stand-in: no
+    real server misbehaves this way on demand)."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length", "0")))
+        token = {"choices": [{"index": 0, "text": "a", "finish_reason": None}]}
+        usage = {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+        events = [token, usage, *([token] * 20)]
+        body = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+        body += b"data: [DONE]\n\n"
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_a_stream_is_billed_at_least_the_tokens_it_relayed(pods: Pods, tmp_path: Path) -> None:
+    """Usage reported, then 20 more tokens: the client got 21 and the ledger said 1."""
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _UsageThenTokens)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{upstream.server_address[1]}"
+    config = base_config(
+        pods, fallbacks=[], pools=[{"name": "chat", "models": ["tiny-lm"], "endpoints": [url]}]
+    )
+    try:
+        with GatewayProcess(config, tmp_path) as gateway:
+            key, key_id = make_key(gateway.config_path)
+            with httpx.stream(
+                "POST",
+                f"{gateway.url}/v1/completions",
+                json={**BODY, "max_tokens": 32, "stream": True},
+                headers={"authorization": f"Bearer {key}"},
+                timeout=60,
+            ) as events:
+                relayed = [line for line in events.iter_lines() if '"text"' in line]
+            wait_until(
+                lambda: key_id in spend_by(gateway.config_path, "key"), timeout_s=10, what="settled"
+            )
+            row = spend_by(gateway.config_path, "key")[key_id]
+    finally:
+        upstream.shutdown()
+        upstream.server_close()
+    assert len(relayed) == 21
+    assert (row.prompt_tokens, row.completion_tokens) == (3, 21)

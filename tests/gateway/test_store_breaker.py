@@ -416,3 +416,59 @@ async def test_a_settlement_the_store_did_not_take_is_retried_not_charged_in_ful
         "SELECT prompt_tokens, completion_tokens, cost_micro, status FROM ledger"
     )
     assert list(rows) == [(3, 2, 7, "ok")]
+
+
+async def _sqlite_accounting(
+    tmp_path: Path, config: str, budget_micro: int | None = None, tpm: int | None = None
+) -> tuple[Path, Accounting, KeyRecord]:
+    from podserve.gateway.store.sqlite import SqliteStore
+
+    path = tmp_path / "gateway.db"
+    store = SqliteStore(path, busy_timeout_s=0.05)
+    accounting = Accounting(load_gateway_config(CONFIG + config), store)
+    _, digest = new_key()
+    key = KeyRecord(
+        key_id_of(digest), digest, "t", "ns", (), budget_micro, None, tpm, None, False, time.time()
+    )
+    await store.create_key(key)
+    return path, accounting, key
+
+
+async def test_fail_open_does_not_hand_a_spent_budget_out_again(tmp_path: Path) -> None:
+    """A key the store refused as spent got a fresh share of its budget when the store
+    went down (a probe: 140% of the budget spent); it stays refused."""
+    import sqlite3
+
+    from podserve.gateway.budget import Usage
+    from podserve.gateway.errors import OverLimit
+    from podserve.gateway.store.base import Outcome
+
+    path, accounting, key = await _sqlite_accounting(
+        tmp_path, "failOpen: {enabled: true, replicas: 1}\n", budget_micro=23
+    )
+    bill = billable({"model": "m", "prompt": "abc", "max_tokens": 8}, Endpoint.COMPLETIONS)
+    spent = await accounting.admit(key, bill)  # 23 held: the whole budget
+    await accounting.settle(spent, Usage(3, 8), Outcome.OK, "up")
+    with pytest.raises(OverLimit, match="budget"):
+        await accounting.admit(key, bill)  # the store says: spent
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # the store down
+    try:
+        with pytest.raises(OverLimit, match="budget"):
+            await accounting.admit(key, bill)  # fail-open: still spent
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+
+
+async def test_a_request_over_a_whole_tpm_limit_is_a_400_not_a_429(tmp_path: Path) -> None:
+    """Its prompt and max_tokens alone are over the key's tokens a minute: a 429 with a
+    Retry-After sent the client back every minute, for ever."""
+    from podserve.gateway.errors import InvalidRequest
+
+    _, accounting, key = await _sqlite_accounting(tmp_path, "", tpm=50)
+    fits = billable({"model": "m", "prompt": "abc", "max_tokens": 8}, Endpoint.COMPLETIONS)
+    assert (await accounting.admit(key, fits)).reservation_id
+    never = billable({"model": "m", "prompt": "x" * 40, "max_tokens": 20}, Endpoint.COMPLETIONS)
+    with pytest.raises(InvalidRequest, match="can never be admitted"):
+        await accounting.admit(key, never)

@@ -19,7 +19,7 @@ from functools import partial
 from typing import Any
 
 from podserve.config.gateway_config import GatewayConfig, OnBudgetShort
-from podserve.gateway.budget import Grant, HoldPlan, Refusal, Usage, plan_hold
+from podserve.gateway.budget import Grant, HoldPlan, Refusal, RefusalReason, Usage, plan_hold
 from podserve.gateway.counting import PromptCounting, prompt_counters
 from podserve.gateway.errors import (
     InvalidRequest,
@@ -219,6 +219,7 @@ class Accounting:
         # and so is the ledger row's `reserved_at`.
         now = self._wall()
         rpm, tpm = self._windows(limits, now)
+        _refuse_what_never_fits(plan, tpm)
         hold = Hold(
             reservation_id=self._reservation_id(),
             plan=plan,
@@ -245,7 +246,7 @@ class Accounting:
                 if not self._config.fail_open.enabled:
                     raise
                 log.warning("store down: admitting against the local share of the budget")
-                decision, local = self._local.reserve(hold), True
+                decision, local = self._local.reserve(hold, self._mono()), True
             if (
                 not isinstance(decision, Refusal)
                 or not decision.may_fit_later
@@ -258,6 +259,10 @@ class Accounting:
                 async with asyncio.timeout(_BUDGET_POLL_S):
                     await settled.wait()
         if isinstance(decision, Refusal):
+            if not local and decision.reason is RefusalReason.BUDGET and not decision.may_fit_later:
+                # Remembered for fail-open: a budget the store said is spent is not
+                # handed out again as a fresh local share while the store is down.
+                self._local.spent(decision.scope, self._mono() + decision.retry_after_s)
             raise OverLimit(
                 _refusal_message(decision), decision.reason.value, decision.retry_after_s
             )
@@ -379,3 +384,17 @@ def _refusal_message(refusal: Refusal) -> str:
     if refusal.reason.value == "budget":
         return f"budget exhausted for {refusal.scope}"
     return f"rate limit reached for {refusal.scope}; retry in {refusal.retry_after_s}s"
+
+
+def _refuse_what_never_fits(plan: HoldPlan, tpm: tuple[WindowSpec, ...]) -> None:
+    """A request whose least charge to a tpm window (its prompt and its smallest output
+    cap) is over the window's whole limit can never be admitted: 400 saying so, not a
+    429 whose Retry-After sends the client back every minute for ever."""
+    least = plan.prompt_tokens + plan.min_tokens
+    for window in tpm:
+        if least > window.limit:
+            raise InvalidRequest(
+                f"this request needs at least {least} tokens of {window.name}'s limit of "
+                f"{window.limit} a minute (its prompt and max_tokens): it can never be "
+                "admitted; send a shorter prompt or a smaller max_tokens"
+            )

@@ -350,7 +350,11 @@ class Gateway:
         async def finish(outcome: Outcome, tally: StreamTally) -> None:
             self.forwarder.finished(attempt, True)
             if tally.usage is not None:
-                usage, final = tally.usage, Outcome.OK
+                # Never less than was relayed: an upstream that reports its usage and
+                # then goes on sending tokens was billed for the tokens before it only.
+                reported = tally.usage
+                completion = max(reported.completion_tokens, tally.tokens_sent)
+                usage, final = Usage(reported.prompt_tokens, completion), Outcome.OK
             elif outcome is Outcome.CANCELLED:
                 usage, final = Usage(admission.prompt_tokens, tally.tokens_sent), outcome
             else:  # finished without a usage chunk: charge the whole hold

@@ -6,12 +6,19 @@ the outage, however it is split. Rate limits are not enforced meanwhile (they ca
 exact without the shared counters). What was spent is kept as pending `Charge`s and
 recorded in the store once it answers again (`Accounting.flush_offline`): committed to the
 budgets and written to the ledger, once each.
+
+What the store spent before the outage is not known here (its answers say grant or
+refuse, not how much is left), so a budget partly spent gets a whole share again. A
+budget the store refused as spent is remembered (`spent`) until it would refill, and
+refused here too: an exhausted key got a fresh share of its budget at every outage.
 """
 
 from __future__ import annotations
 
-from podserve.gateway.budget import Grant, Refusal, ScopeState, grant
+from podserve.gateway.budget import Grant, Refusal, RefusalReason, ScopeState, grant
 from podserve.gateway.store.base import Charge, Hold
+
+_SPENT_REMEMBERED = 100_000
 
 
 class LocalBudgets:
@@ -20,12 +27,24 @@ class LocalBudgets:
         self._committed: dict[str, int] = {}
         self._reserved: dict[str, int] = {}
         self._holds: dict[str, tuple[tuple[str, ...], int]] = {}
+        self._spent_until: dict[str, float] = {}  # scope -> monotonic time it may refill
         self.pending: list[Charge] = []
 
     def holds(self, reservation_id: str) -> bool:
         return reservation_id in self._holds
 
-    def reserve(self, hold: Hold) -> Grant | Refusal:
+    def spent(self, scope: str, until_mono_s: float) -> None:
+        """The store refused `scope` as spent; it may refill at `until_mono_s`."""
+        if len(self._spent_until) >= _SPENT_REMEMBERED:
+            self._spent_until.clear()  # a bound on memory; forgetting errs open, as before
+        self._spent_until[scope] = until_mono_s
+
+    def reserve(self, hold: Hold, now_mono_s: float) -> Grant | Refusal:
+        for spec in hold.scopes:
+            until = self._spent_until.get(spec.name)
+            if until is not None and now_mono_s < until:
+                wait = max(1, int(until - now_mono_s))
+                return Refusal(RefusalReason.BUDGET, spec.name, wait)
         states = [
             ScopeState(
                 s.name,
