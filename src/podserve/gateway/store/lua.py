@@ -10,8 +10,9 @@ gateway carries one hash tag there (`{gw}:`, one slot; redis_postgres.py).
 
 Keys (`gw:` prefix; `{gw}:` on Redis Cluster): `scope:<scope>` hash {c: committed, r:
 reserved}; `win:<counter>` integer; `res:<id>` hash; `leases` sorted set by lease end;
-`ledger` list of JSON rows drained into PostgreSQL by one writer; `init` set once the
-committed counters are there.
+`ledger` list of JSON rows drained into PostgreSQL by one writer (`ledger:writer` its
+lock; the `WRITER_*` scripts, ledger_writer.py); `init` set once the committed counters
+are there.
 
 A hold of nothing (amount 0, no tokens in a tpm window: every OIP v2 request) gets no
 `res:` hash and no `leases` member: RESERVE only checks and counts its windows, and the
@@ -166,6 +167,48 @@ if redis.call('SET', KEYS[1], '1', 'NX', 'EX', 604800) == false then return 0 en
 for i = 3, #ARGV do redis.call('HINCRBY', ARGV[i], 'c', tonumber(ARGV[1])) end
 redis.call('RPUSH', KEYS[2], ARGV[2])
 return 1
+"""
+
+
+# A rebuild's result (redis_postgres._bootstrap): the committed counters from the ledger
+# and the `init` marker in one step, unless the marker is there already: another
+# replica's rebuild finished first, and the requests admitted since have moved the
+# counters on. A rebuild whose lock ran out during a slow ledger query wrote its older
+# sums over them, handing the spend settled meanwhile out again. Totals stay strings:
+# no double rounding.
+# KEYS: init, scope hashes. ARGV: their committed totals, in order.
+REBUILD = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+for i = 2, #KEYS do redis.call('HSET', KEYS[i], 'c', ARGV[i - 1]) end
+redis.call('SET', KEYS[1], '1')
+return 1
+"""
+
+# The ledger writer's lock (ledger_writer.py). Take it, or keep it, for ARGV[2] ms if it
+# is free or already this writer's. KEYS: lock. ARGV: writer id, ttl ms.
+WRITER_ACQUIRE = """
+local held = redis.call('GET', KEYS[1])
+if held and held ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', tonumber(ARGV[2]))
+return 1
+"""
+
+# Cut a batch the writer has inserted off the queue's head, only while the lock is still
+# its own, and keep the lock another ttl. Only the holder trims and rows are only ever
+# appended, so a holder's LRANGE still names the head here; once the lock ran out and
+# another writer drained (and trimmed) the same rows, a plain LTRIM would cut that many
+# rows nobody had inserted. KEYS: lock, ledger. ARGV: writer id, rows inserted, ttl ms.
+WRITER_TRIM = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('LTRIM', KEYS[2], tonumber(ARGV[2]), -1)
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
+return 1
+"""
+
+# Give the lock back, only if it is still this writer's. KEYS: lock. ARGV: writer id.
+WRITER_RELEASE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+return redis.call('DEL', KEYS[1])
 """
 
 

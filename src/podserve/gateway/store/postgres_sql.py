@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
 from podserve.config.gateway_config import BudgetPeriod
 from podserve.gateway.keys import KeyRecord
 from podserve.gateway.periods import periodic_spans
@@ -50,6 +52,17 @@ INSERT_LEDGER = (
     b"VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) "
     b"ON CONFLICT (reservation_id) DO NOTHING"
 )
+# TCP keepalives and a bound on unacknowledged data (libpq's defaults are the kernel's:
+# hours), so a connection to a PostgreSQL that went away (a partition, a half-open
+# connection after a failover) fails in about 10 s instead of holding the store's one
+# connection, and every key lookup queued behind it, until the kernel gives up.
+_CONNECTION_DEFAULTS = {
+    "keepalives": "1",
+    "keepalives_idle": "5",
+    "keepalives_interval": "2",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "10000",
+}
 KEY_COLUMNS = (
     "key_id, key_hash, team, namespace, models, budget_micro, rpm, tpm, expires_at, "
     "revoked, created_at, budget_period"
@@ -127,3 +140,8 @@ def spend_query(by: Dimension, since_wall_s: float | None) -> tuple[str, tuple[A
         spend_sql("gateway_ledger", by, "%s"),
         (float("-inf") if since_wall_s is None else since_wall_s,),
     )
+
+
+def connect_options(dsn: str) -> str:
+    """`dsn` with the connection defaults above where it sets none of its own."""
+    return make_conninfo("", **{**_CONNECTION_DEFAULTS, **conninfo_to_dict(dsn)})

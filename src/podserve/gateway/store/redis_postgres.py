@@ -5,14 +5,17 @@ PostgreSQL holds what must last (keys, the spend ledger).
 The ledger is append-only and written by one writer at a time: settlements push their row
 onto a Redis list inside the same script that moves the money, and whichever replica holds
 the `gw:ledger:writer` lock (`{gw}:ledger:writer` on Redis Cluster) drains it in batches
-with `INSERT … ON CONFLICT DO NOTHING`.
+with `INSERT … ON CONFLICT DO NOTHING` (`ledger_writer`: a row leaves the list only once
+it is in PostgreSQL, and only by the lock's holder).
 No replica ever updates a shared row in PostgreSQL, so there is no hot row to deadlock on
 (LiteLLM's per-request spend UPDATEs deadlock at 10+ replicas), and a crash between the
-insert and the trim only replays rows the conflict clause ignores.
+insert and the trim only replays rows the conflict clause ignores. Until drained, rows
+live only in Redis: `setup` warns when that Redis does not persist them.
 
 Redis is the authority for budgets; when it starts empty, the committed counters are
 rebuilt from the ledger before the first reservation (`_bootstrap`), each request in the
-period it was reserved in (the ledger row's `reserved_at`), as the live counters had it.
+period it was reserved in (the ledger row's `reserved_at`), as the live counters had it;
+a rebuild that ends after another one did writes nothing (lua.REBUILD).
 
 A hold of nothing (amount 0, no tokens in a tpm window: every OIP v2 request) has no
 `res:` hash and no lease: the replica that made it keeps it in memory and settles it with
@@ -32,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 import uuid
 from collections.abc import Callable
@@ -40,7 +42,6 @@ from typing import Any
 
 import psycopg
 import redis.asyncio as aioredis
-import redis.exceptions
 from redis.asyncio.cluster import RedisCluster
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -57,13 +58,19 @@ from podserve.gateway.store.base import (
     SpendRow,
     StoreUnavailable,
 )
+from podserve.gateway.store.ledger_writer import (
+    REDIS_ERRORS,
+    WRITE_TIMEOUT_S,
+    LedgerWriter,
+    check_persistence,
+    insert_batch,
+)
 from podserve.gateway.store.postgres_sql import (
-    INSERT_LEDGER,
     KEY_COLUMNS,
     SCHEMA,
     committed_query,
+    connect_options,
     key_record,
-    ledger_row,
     spend_query,
 )
 from podserve.gateway.store.redis_unheld import (
@@ -74,9 +81,6 @@ from podserve.gateway.store.redis_unheld import (
     labels_json,
     ledger_json,
 )
-
-_BATCH = 500
-_REDIS_ERRORS = (redis.exceptions.RedisError, OSError)
 
 
 class _Rebuilding(StoreUnavailable):
@@ -95,6 +99,7 @@ class RedisPostgresStore:
         *,
         cluster: bool = False,
         wall: Callable[[], float] = time.time,
+        ledger_timeout_s: float = WRITE_TIMEOUT_S,
     ) -> None:
         # Socket timeouts end a call to a store that stopped answering (the client's
         # default is none). The request itself is refused at its own deadline by the
@@ -132,7 +137,14 @@ class RedisPostgresStore:
         self._expire = self._redis.register_script(lua.EXPIRE)
         self._charge = self._redis.register_script(lua.CHARGE)
         self._settle_unheld = self._redis.register_script(lua.SETTLE_UNHELD)
-        self._writer_id = uuid.uuid4().hex
+        self._rebuild = self._redis.register_script(lua.REBUILD)
+        self._replica_id = uuid.uuid4().hex  # the bootstrap lock's value
+        # How long one ledger batch may take in PostgreSQL (ledger_writer); keep it well
+        # under the writer lock's TTL.
+        self._ledger_timeout_s = ledger_timeout_s
+        self._writer = LedgerWriter(
+            self._redis, self._ledger, self._writer_lock, self._insert_ledger
+        )
         self._wall = wall  # UTC wall seconds: the periods a rebuild fills, a hold's time
         self._unheld = UnheldHolds()  # this replica's holds of nothing (redis_unheld)
 
@@ -141,7 +153,7 @@ class RedisPostgresStore:
         if self._pg is None or self._pg.closed:
             try:
                 self._pg = await psycopg.AsyncConnection.connect(
-                    self._dsn, autocommit=True, connect_timeout=2
+                    connect_options(self._dsn), autocommit=True, connect_timeout=2
                 )
             except psycopg.Error as exc:
                 raise StoreUnavailable(f"postgres: {exc}") from exc
@@ -159,17 +171,19 @@ class RedisPostgresStore:
 
     async def setup(self, wait_s: float = 15.0) -> None:
         """Create the tables, and rebuild Redis's committed counters if Redis is empty
-        (or wait for the replica that is doing it)."""
+        (or wait for the replica that is doing it); say if Redis would lose the queued
+        ledger rows on a restart."""
         await self._sql(SCHEMA)
         deadline = asyncio.get_running_loop().time() + wait_s
         while True:
             try:
                 await self._bootstrap()
-                return
+                break
             except _Rebuilding:
                 if asyncio.get_running_loop().time() > deadline:
                     raise
                 await asyncio.sleep(0.05)  # polling another process's progress
+        await check_persistence(self._redis, self._ledger)
 
     async def _bootstrap(self) -> None:
         try:
@@ -177,16 +191,15 @@ class RedisPostgresStore:
                 return
             # One replica rebuilds; the others fail closed until it is done.
             lock = self._k + "bootstrap"
-            if not await self._redis.set(lock, self._writer_id, nx=True, px=10_000):
+            if not await self._redis.set(lock, self._replica_id, nx=True, px=10_000):
                 raise _Rebuilding("another replica is rebuilding the budget counters")
             await self.drain_ledger()
             rows = await self._sql(*committed_query(self._wall()))
-            async with self._redis.pipeline(transaction=True) as pipe:
-                for scope, total in rows:
-                    pipe.hset(f"{self._k}scope:{scope}", "c", int(total))
-                pipe.setnx(self._init, "1")
-                await pipe.execute()
-        except _REDIS_ERRORS as exc:
+            await self._rebuild(
+                keys=[self._init, *[f"{self._k}scope:{scope}" for scope, _ in rows]],
+                args=[int(total) for _, total in rows],
+            )
+        except REDIS_ERRORS as exc:
             raise StoreUnavailable(f"redis: {exc}") from exc
 
     # --- keys ------------------------------------------------------------------------
@@ -292,7 +305,7 @@ class RedisPostgresStore:
         ]
         try:
             reply: list[Any] = await self._reserve(keys=keys, args=args)
-        except _REDIS_ERRORS as exc:
+        except REDIS_ERRORS as exc:
             raise StoreUnavailable(f"redis: {exc}") from exc
         return reply
 
@@ -316,7 +329,7 @@ class RedisPostgresStore:
                     repr(s.at),
                 ],
             )
-        except _REDIS_ERRORS as exc:
+        except REDIS_ERRORS as exc:
             raise StoreUnavailable(f"redis: {exc}") from exc
         return bool(done)
 
@@ -333,7 +346,7 @@ class RedisPostgresStore:
                 keys=[self._k + "unused", self._leases, self._ledger],
                 args=[repr(now_wall_s), self._k + "res:", 1000],
             )
-        except _REDIS_ERRORS as exc:
+        except REDIS_ERRORS as exc:
             raise StoreUnavailable(f"redis: {exc}") from exc
         return int(count) + len(due)
 
@@ -351,7 +364,7 @@ class RedisPostgresStore:
                 )
             else:
                 await self._redis.rpush(self._ledger, *rows)
-        except _REDIS_ERRORS as exc:
+        except REDIS_ERRORS as exc:
             self._unheld.put_back(holds)
             raise StoreUnavailable(f"redis: {exc}") from exc
 
@@ -364,36 +377,17 @@ class RedisPostgresStore:
                 keys=[f"{self._k}charged:{s.reservation_id}", self._ledger],
                 args=[s.cost_micro, row, *[f"{self._k}scope:{name}" for name in charge.scopes]],
             )
-        except _REDIS_ERRORS as exc:
+        except REDIS_ERRORS as exc:
             raise StoreUnavailable(f"redis: {exc}") from exc
 
     # --- the ledger ------------------------------------------------------------------
     async def drain_ledger(self) -> int:
         """Move queued ledger rows into PostgreSQL if this replica holds the writer lock."""
-        moved = 0
-        try:
-            got = await self._redis.set(self._writer_lock, self._writer_id, nx=True, px=5000)
-            held = await self._redis.get(self._writer_lock)
-            if not got and held != self._writer_id.encode():
-                return 0
-            await self._redis.pexpire(self._writer_lock, 5000)
-            while True:
-                raw = await self._redis.lrange(self._ledger, 0, _BATCH - 1)
-                if not raw:
-                    return moved
-                rows = [ledger_row(json.loads(r)) for r in raw]
-                async with self._pg_lock:
-                    conn = await self._conn()
-                    try:
-                        async with conn.transaction(), conn.cursor() as cur:
-                            await cur.executemany(INSERT_LEDGER, rows)
-                    except psycopg.OperationalError as exc:
-                        await conn.close()
-                        raise StoreUnavailable(f"postgres: {exc}") from exc
-                await self._redis.ltrim(self._ledger, len(raw), -1)
-                moved += len(raw)
-        except _REDIS_ERRORS as exc:
-            raise StoreUnavailable(f"redis: {exc}") from exc
+        return await self._writer.drain()
+
+    async def _insert_ledger(self, rows: list[tuple[Any, ...]]) -> None:
+        async with self._pg_lock:
+            await insert_batch(await self._conn(), rows, self._ledger_timeout_s)
 
     async def spend(self, by: Dimension, since_wall_s: float | None = None) -> list[SpendRow]:
         await self.drain_ledger()
@@ -401,9 +395,12 @@ class RedisPostgresStore:
         return [SpendRow(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in rows]
 
     async def close(self) -> None:
-        # If PostgreSQL is down the rows stay queued in Redis for the next writer.
+        # If PostgreSQL is down the rows stay queued in Redis for the next writer, which
+        # need not wait out the lock's TTL for them.
         with contextlib.suppress(StoreUnavailable):
             await self.drain_ledger()
+        with contextlib.suppress(StoreUnavailable):
+            await self._writer.release()
         await self._redis.aclose()
         if self._pg is not None:
             await self._pg.close()
