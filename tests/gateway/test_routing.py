@@ -21,6 +21,15 @@ from tests.support.server import wait_until
 BODY = {"model": "tiny-lm", "prompt": "The function returns", "max_tokens": 2}
 
 
+def _send(handler: BaseHTTPRequestHandler, status: int, body: bytes, kind: str) -> None:
+    """A whole response from a stand-in server's handler."""
+    handler.send_response(status)
+    handler.send_header("content-type", kind)
+    handler.send_header("content-length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
 class _Overloaded(BaseHTTPRequestHandler):
     """A pod that is ready but sheds every request with 503 (what podserve does when its
     queue is full). A stand-in: a real pod cannot be held in that state on demand."""
@@ -34,12 +43,7 @@ class _Overloaded(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("content-length", "0")))
-        body = b'{"error": "queue full"}'
-        self.send_response(503)
-        self.send_header("content-length", str(len(body)))
-        self.send_header("content-type", "application/json")
-        self.end_headers()
-        self.wfile.write(body)
+        _send(self, 503, b'{"error": "queue full"}', "application/json")
 
     def log_message(self, *args: object) -> None:
         pass
@@ -198,12 +202,7 @@ class _Hosted(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("content-length", "0")))
         self.seen.append((self.path, self.headers.get("authorization", "")))
-        body = self.ANSWER
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        _send(self, 200, self.ANSWER, "application/json")
 
     def log_message(self, *args: object) -> None:
         pass
@@ -305,11 +304,7 @@ class _KeyChecking(BaseHTTPRequestHandler):
                 b'{"error":{"message":"Incorrect API key provided","type":'
                 b'"invalid_request_error","param":null,"code":"invalid_api_key"}}'
             )
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        _send(self, status, body, "application/json")
 
     def log_message(self, *args: object) -> None:
         pass
@@ -445,11 +440,7 @@ class _UsageThenTokens(_ReadyPod):
         events = [token, usage, *([token] * 20)]
         body = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
         body += b"data: [DONE]\n\n"
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        _send(self, 200, body, "text/event-stream")
 
 
 def test_a_stream_is_billed_at_least_the_tokens_it_relayed(pods: Pods, tmp_path: Path) -> None:

@@ -10,6 +10,8 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import redis
@@ -20,7 +22,7 @@ from podserve.gateway.budget import Usage
 from podserve.gateway.errors import StoreDown
 from podserve.gateway.keys import KeyRecord, key_id_of, new_key
 from podserve.gateway.store.base import Dimension, Outcome
-from podserve.gateway.wire import Endpoint, billable
+from podserve.gateway.wire import Billable, Endpoint, billable
 from tests.gateway.conftest import reset_shared_store
 from tests.gateway.support import redis_server
 
@@ -30,24 +32,39 @@ storeTimeoutMs: 50
 """
 
 
-async def test_a_reservation_made_after_the_refusal_is_released(postgres_dsn: str) -> None:
+@contextlib.asynccontextmanager
+async def _settled_once(
+    postgres_dsn: str, timeout_s: float
+) -> AsyncIterator[tuple[str, Any, Accounting, KeyRecord, Billable]]:
+    """A real Redis + PostgreSQL store (the Redis client's socket timeout `timeout_s`),
+    accounting on it, and a key whose first request has been admitted and settled, so the
+    connections are warm and the scripts loaded: 3 prompt bytes x 1 + 8 output tokens x 2
+    = 19 micro-dollars."""
     from podserve.gateway.store.redis_postgres import RedisPostgresStore
 
     with redis_server() as url:
         reset_shared_store(url, postgres_dsn)
-        # The client's own socket timeout is long: only the gateway's deadline refuses.
-        store = RedisPostgresStore(url, postgres_dsn, timeout_s=30.0)
+        store = RedisPostgresStore(url, postgres_dsn, timeout_s=timeout_s)
         await store.setup()
-        accounting = Accounting(load_gateway_config(CONFIG), store)
-        _, digest = new_key()
-        key = KeyRecord(
-            key_id_of(digest), digest, "t", "ns", (), 10_000, None, None, None, False, time.time()
-        )
-        await store.create_key(key)
-        bill = billable({"model": "m", "prompt": "abc", "max_tokens": 8}, Endpoint.COMPLETIONS)
-        # 3 prompt bytes x 1 + 8 output tokens x 2 = 19 micro-dollars held, then settled.
-        first = await accounting.admit(key, bill)  # also: connections warm, scripts loaded
-        assert await accounting.settle(first, Usage(3, 8), Outcome.OK, "pool") == 19
+        try:
+            accounting = Accounting(load_gateway_config(CONFIG), store)
+            _, digest = new_key()
+            key = KeyRecord(
+                key_id_of(digest), digest, "t", "ns", (), 10_000, None, None, None, False,
+                time.time(),
+            )  # fmt: skip
+            await store.create_key(key)
+            bill = billable({"model": "m", "prompt": "abc", "max_tokens": 8}, Endpoint.COMPLETIONS)
+            first = await accounting.admit(key, bill)
+            assert await accounting.settle(first, Usage(3, 8), Outcome.OK, "pool") == 19
+            yield url, store, accounting, key, bill
+        finally:
+            await store.close()
+
+
+async def test_a_reservation_made_after_the_refusal_is_released(postgres_dsn: str) -> None:
+    # The client's own socket timeout is long: only the gateway's deadline refuses.
+    async with _settled_once(postgres_dsn, timeout_s=30.0) as (url, store, accounting, key, bill):
         with redis.Redis.from_url(url) as r:
             pid = int(r.info("server")["process_id"])
         os.kill(pid, signal.SIGSTOP)
@@ -65,7 +82,6 @@ async def test_a_reservation_made_after_the_refusal_is_released(postgres_dsn: st
         await store.drain_ledger()
         rows = await store.spend(Dimension.KEY)
         assert [(r.cost_micro, r.requests) for r in rows] == [(19, 2)]  # the late one at 0
-        await store.close()
 
 
 async def test_a_reservation_whose_call_timed_out_is_released_when_it_lands(
@@ -75,21 +91,7 @@ async def test_a_reservation_whose_call_timed_out_is_released_when_it_lands(
     outcome is unknown, yet the script was sent and runs when Redis resumes. It was left
     to its lease, which charged the refused request its whole hold; now housekeeping
     settles it at zero once it has landed."""
-    from podserve.gateway.store.redis_postgres import RedisPostgresStore
-
-    with redis_server() as url:
-        reset_shared_store(url, postgres_dsn)
-        store = RedisPostgresStore(url, postgres_dsn, timeout_s=0.5)
-        await store.setup()
-        accounting = Accounting(load_gateway_config(CONFIG), store)
-        _, digest = new_key()
-        key = KeyRecord(
-            key_id_of(digest), digest, "t", "ns", (), 10_000, None, None, None, False, time.time()
-        )
-        await store.create_key(key)
-        bill = billable({"model": "m", "prompt": "abc", "max_tokens": 8}, Endpoint.COMPLETIONS)
-        first = await accounting.admit(key, bill)  # connections warm, scripts loaded
-        assert await accounting.settle(first, Usage(3, 8), Outcome.OK, "pool") == 19
+    async with _settled_once(postgres_dsn, timeout_s=0.5) as (url, store, accounting, key, bill):
         with redis.Redis.from_url(url) as r:
             pid = int(r.info("server")["process_id"])
         os.kill(pid, signal.SIGSTOP)
@@ -117,4 +119,3 @@ async def test_a_reservation_whose_call_timed_out_is_released_when_it_lands(
         await store.drain_ledger()
         rows = await store.spend(Dimension.KEY)
         assert [(r.cost_micro, r.requests) for r in rows] == [(19, 2)]  # refused one at 0
-        await store.close()

@@ -327,6 +327,15 @@ def test_no_proxy_hosts_go_direct(run: Callable[[Coroutine[Any, Any, Any]], Any]
     run(main())
 
 
+def _complete(gateway: GatewayProcess, key: str) -> httpx.Response:
+    return httpx.post(
+        f"{gateway.url}/v1/completions",
+        json={"model": "tiny-lm", "prompt": "hi", "max_tokens": 2},
+        headers={"authorization": f"Bearer {key}"},
+        timeout=60,
+    )
+
+
 @pytest.mark.parametrize("kind", ["http-proxy", "https-proxy"])
 def test_a_gateway_reaches_its_pod_through_the_environments_proxy(
     pods: Pods, tinyproxy: Tinyproxy, tmp_path: Path, request: pytest.FixtureRequest, kind: str
@@ -340,12 +349,7 @@ def test_a_gateway_reaches_its_pod_through_the_environments_proxy(
         env |= {"http_proxy": tls_proxy.url(), "SSL_CERT_FILE": str(tls_proxy.cert)}
     with GatewayProcess(base_config(pods), tmp_path, env=env) as gateway:
         key = create_key(gateway.config_path)
-        reply = httpx.post(
-            f"{gateway.url}/v1/completions",
-            json={"model": "tiny-lm", "prompt": "hi", "max_tokens": 2},
-            headers={"authorization": f"Bearer {key}"},
-            timeout=60,
-        )
+        reply = _complete(gateway, key)
         assert reply.status_code == 200, reply.text
         assert reply.json()["usage"]["completion_tokens"] == 2
     lines = tinyproxy.requests()[before:]
@@ -364,12 +368,7 @@ def test_a_proxy_refusing_the_gateways_credentials_is_a_502_not_the_clients_401(
     env = {"http_proxy": wrong, "HOSTED_API_KEY": "k"}
     with GatewayProcess(base_config(pods), tmp_path, env=env) as gateway:
         key = create_key(gateway.config_path)
-        reply = httpx.post(
-            f"{gateway.url}/v1/completions",
-            json={"model": "tiny-lm", "prompt": "hi", "max_tokens": 2},
-            headers={"authorization": f"Bearer {key}"},
-            timeout=60,
-        )
+        reply = _complete(gateway, key)
     assert reply.status_code == 502, reply.text
     assert "refused the gateway's credentials" in reply.json()["error"]["message"]
 
