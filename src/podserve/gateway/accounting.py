@@ -287,7 +287,8 @@ class Accounting:
         bound = None if price is None else price.media_part_tokens
         if bound is None:
             raise InvalidRequest(
-                f"model '{shown(model)}' takes no image or audio parts through this gateway: "
+                f"model '{shown(model)}' takes no non-text message content parts (an image, "
+                "audio) through this gateway: "
                 "their prompt tokens are unbounded until its operator sets "
                 f"prices.{shown(model)}.mediaPartTokens"
             )

@@ -200,7 +200,11 @@ def _content_text(content: object) -> tuple[str, int]:
         texts: list[str] = []
         media = 0
         for part in content:
-            if isinstance(part, dict) and part.get("type") == "text":
+            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+                raise BadRequest(
+                    "each part of a message 'content' list must be an object with a 'type'"
+                )
+            if part["type"] == "text":
                 texts.append(str(part.get("text", "")))
             else:
                 media += 1
