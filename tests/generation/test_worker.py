@@ -113,20 +113,7 @@ def test_a_prompt_over_the_kv_budget_is_refused_at_admission() -> None:
     engine = GenerationEngine(executor, SchedulerConfig(max_num_seqs=1, kv_cache_tokens=64))
     engine.start()
     try:
-        worker = GenerativeWorker(
-            config=ModelConfig(name="tiny", runtime="transformers"),
-            executor=executor,
-            engine=engine,
-            limits=GenerativeLimits(
-                max_queue=4,
-                max_tokens_cap=64,
-                max_queued_prompt_tokens=4096,
-                max_batch_time_s=60,
-                max_num_seqs=1,
-            ),
-            metrics=Metrics().for_generation("tiny"),
-            clock=MONOTONIC,
-        )
+        worker = _one_seq_worker(executor, engine, Metrics(), max_tokens_cap=64)
         prompt = worker.encode_prompt("word " * 80)
         with pytest.raises(InvalidInput, match="exceeds the KV cache of 64 tokens"):
             worker.admit(prompt, [SamplingParams(max_tokens=8)])
@@ -148,20 +135,7 @@ async def test_closing_a_sequence_wakes_its_waiting_reader_and_frees_the_engine(
     engine.start()
     metrics = Metrics()
     try:
-        worker = GenerativeWorker(
-            config=ModelConfig(name="tiny", runtime="transformers"),
-            executor=executor,
-            engine=engine,
-            limits=GenerativeLimits(
-                max_queue=4,
-                max_tokens_cap=256,
-                max_queued_prompt_tokens=4096,
-                max_batch_time_s=60,
-                max_num_seqs=1,
-            ),
-            metrics=metrics.for_generation("tiny"),
-            clock=MONOTONIC,
-        )
+        worker = _one_seq_worker(executor, engine, metrics, max_tokens_cap=256)
         prompt = worker.encode_prompt("The function returns")
         long_params = SamplingParams(temperature=0, max_tokens=256, ignore_eos=True)
         running, queued = worker.admit(prompt, [long_params, long_params])
@@ -185,3 +159,23 @@ async def test_closing_a_sequence_wakes_its_waiting_reader_and_frees_the_engine(
         assert finish in ("stop", "length")
     finally:
         engine.stop()
+
+
+def _one_seq_worker(
+    executor: ModelExecutor, engine: GenerationEngine, metrics: Metrics, max_tokens_cap: int
+) -> GenerativeWorker:
+    """The tiny model's worker over `engine`, one sequence at a time."""
+    return GenerativeWorker(
+        config=ModelConfig(name="tiny", runtime="transformers"),
+        executor=executor,
+        engine=engine,
+        limits=GenerativeLimits(
+            max_queue=4,
+            max_tokens_cap=max_tokens_cap,
+            max_queued_prompt_tokens=4096,
+            max_batch_time_s=60,
+            max_num_seqs=1,
+        ),
+        metrics=metrics.for_generation("tiny"),
+        clock=MONOTONIC,
+    )

@@ -11,7 +11,7 @@ import pytest
 
 from podserve.core.errors import ModelLoadFailed
 from podserve.repository import ModelState
-from tests.repository.test_load_unload_turns import HELD_LOAD, make, until
+from tests.repository.test_load_unload_turns import held_model, make, until
 from tests.support.server import write_model
 
 FAILING_LOAD = """
@@ -24,19 +24,6 @@ class FailingLoad(ModelAPI):
     def predict(self, batch):
         return {"y": batch["x"]}
 """
-
-
-def held_model(root: Path) -> Path:
-    directory = write_model(
-        root / "models",
-        "m",
-        runtime="custom",
-        model_class="held:HeldLoad",
-        warmup=False,
-        preload=False,
-    )
-    (directory / "held.py").write_text(HELD_LOAD)
-    return directory
 
 
 async def test_a_load_cut_short_reports_its_success_when_it_ends(tmp_path: Path) -> None:

@@ -55,6 +55,21 @@ class Workers:
         return [w for w in self.made if not w.closed and w is not current]
 
 
+def held_model(tmp_path: Path) -> Path:
+    """Model `m`, whose load waits for a file `go` in its directory (after writing
+    `started`), written under tmp_path/models; its directory."""
+    directory = write_model(
+        tmp_path / "models",
+        "m",
+        runtime="custom",
+        model_class="held:HeldLoad",
+        warmup=False,
+        preload=False,
+    )
+    (directory / "held.py").write_text(HELD_LOAD)
+    return directory
+
+
 def make(root: Path) -> tuple[ModelRepository, Workers]:
     workers = Workers()
     repository = ModelRepository(
@@ -118,15 +133,7 @@ async def test_a_load_sent_during_an_unload_waits_for_it_then_loads(
 async def test_an_unload_sent_during_a_load_waits_for_it_then_unloads(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    directory = write_model(
-        tmp_path / "models",
-        "m",
-        runtime="custom",
-        model_class="held:HeldLoad",
-        warmup=False,
-        preload=False,
-    )
-    (directory / "held.py").write_text(HELD_LOAD)
+    directory = held_model(tmp_path)
     repository, workers = make(tmp_path)
     load = asyncio.ensure_future(repository.load("m"))
     await until(lambda: (directory / "started").exists(), "the load to start")
@@ -176,15 +183,7 @@ async def test_a_load_waits_for_an_unload_of_every_version_still_draining_an_old
 
 
 async def test_a_load_whose_caller_stops_waiting_still_finishes(tmp_path: Path) -> None:
-    directory = write_model(
-        tmp_path / "models",
-        "m",
-        runtime="custom",
-        model_class="held:HeldLoad",
-        warmup=False,
-        preload=False,
-    )
-    (directory / "held.py").write_text(HELD_LOAD)
+    directory = held_model(tmp_path)
     repository, workers = make(tmp_path)
     caller = asyncio.ensure_future(repository.load("m"))
     await until(lambda: (directory / "started").exists(), "the load to start")

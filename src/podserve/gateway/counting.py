@@ -36,6 +36,7 @@ import concurrent.futures
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from podserve.config.gateway_config import GatewayConfig
 from podserve.gateway import tokens
@@ -157,8 +158,6 @@ def prompt_counters(config: GatewayConfig) -> dict[str, tokens.Counter]:
     tokenizer (`fallbacks[].tokenizers`), else at the byte bound, since the prompt is
     counted before the upstream is chosen and the model's own count could be short of
     what the fallback bills (241 tokens held, 540 billed, in a probe)."""
-    from pathlib import Path
-
     counters: dict[str, tokens.Counter] = {}
     for model, price in config.prices.items():
         if price.tokenizer is None:

@@ -76,7 +76,7 @@ def _handler(servicer: object, method: MethodDescriptor) -> grpc.RpcMethodHandle
             behaviour, request_deserializer=None, response_serializer=serialize
         )
     if method.client_streaming or method.server_streaming:
-        raise NotImplementedError(f"{method.name}: a streaming method this module cannot serve")
+        raise TypeError(f"{method.name}: a streaming method this module cannot serve")
     if method.name not in PARSED_BY_SERVICER:
         behaviour = _parsing(behaviour, GetMessageClass(method.input_type), method.name)
     return grpc.unary_unary_rpc_method_handler(
