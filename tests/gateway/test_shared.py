@@ -157,16 +157,48 @@ def test_fail_open_spends_at_most_budget_over_replicas(
                     http.post("/v1/completions", json=BODY, headers=headers).status_code
                     for _ in range(4)
                 ]
-            # 100 / 2 replicas = 50 micro-dollars: two holds of 23 while the store is away.
-            assert codes == [200, 200, 429, 429]
+            # 100 less the first grant's hold (23) = 77 left, / 2 replicas = 38: one more
+            # hold of 23 while the store is away.
+            assert codes == [200, 429, 429, 429]
             # Redis comes back (empty): the outage's charges reach the ledger and budgets.
             with redis_server(int(url.rsplit(":", 1)[1].split("/")[0])):
                 wait_until(
-                    lambda: spend_by(gateway.config_path, "key")[key_id].requests >= 3,
+                    lambda: spend_by(gateway.config_path, "key")[key_id].requests >= 2,
                     timeout_s=20,
                     what="outage charges recorded",
                 )
-                assert spend_by(gateway.config_path, "key")[key_id].cost_micro == 3 * 23
+                assert spend_by(gateway.config_path, "key")[key_id].cost_micro == 2 * 23
+
+
+def test_fail_open_shares_what_was_left_not_the_whole_budget(
+    pods: Pods, postgres_dsn: str, tmp_path: Path
+) -> None:
+    # 3 of 4 holds of 23 spent before the outage: 31 micro-dollars left. A share of the
+    # whole budget (100 / 2 = 50) admitted two more, 115 in all; a share of what was left
+    # (100 - 46 committed - 23 held by the last grant = 31, / 2 = 15) admits none.
+    with redis_server() as url:
+        config = _shared_config(pods, url, postgres_dsn, failOpen={"enabled": True, "replicas": 2})
+        with GatewayProcess(config, tmp_path) as gateway:
+            key, key_id = make_key(gateway.config_path, team="partly", budget_micro=100)
+            headers = {"authorization": f"Bearer {key}"}
+            with httpx.Client(base_url=gateway.url, timeout=30) as http:
+                for _ in range(3):
+                    reply = http.post("/v1/completions", json=BODY, headers=headers)
+                    assert reply.status_code == 200
+                wait_until(
+                    lambda: (
+                        spend_by(gateway.config_path, "key").get(key_id) is not None
+                        and spend_by(gateway.config_path, "key")[key_id].requests == 3
+                    ),
+                    timeout_s=20,
+                    what="three requests in the ledger",
+                )
+                _stop_redis(url)
+                codes = [
+                    http.post("/v1/completions", json=BODY, headers=headers).status_code
+                    for _ in range(3)
+                ]
+            assert codes == [429, 429, 429]
 
 
 def _stop_redis(url: str) -> None:

@@ -200,6 +200,19 @@ async def test_reserve_refuses_what_does_not_fit_and_settles_to_usage(store: Sto
     ] == [("k1", 50, 10, 20, 1)]
 
 
+async def test_a_grant_tells_what_each_budget_has_left_unspent(store: Store) -> None:
+    # Fail-open caps a replica's share with it: limit - committed per scope, the hold's
+    # own and other outstanding holds left out (they may settle lower); None: no limit.
+    first = _hold(10, 100, limit_micro=300)
+    granted = await store.reserve(first)
+    assert isinstance(granted, Grant)
+    assert granted.unspent_micro == (300, None)
+    assert await store.settle(_settle(first, 10, 20))  # 50 committed
+    again = await store.reserve(_hold(10, 100, limit_micro=300))
+    assert isinstance(again, Grant)
+    assert again.unspent_micro == (250, None)
+
+
 async def test_concurrent_reservations_never_overshoot(store: Store) -> None:
     holds = [_hold(10, 100, limit_micro=1000) for _ in range(20)]
     results = await asyncio.gather(*(store.reserve(h) for h in holds))

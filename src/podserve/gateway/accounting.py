@@ -267,6 +267,8 @@ class Accounting:
                 _refusal_message(decision), decision.reason.value, decision.retry_after_s
             )
         assert isinstance(decision, Grant)
+        if not local and self._config.fail_open.enabled:
+            self._local.known(hold, decision, self._mono())
         cap = decision.max_tokens // bill.choices if generates else None
         return Admission(hold.reservation_id, key, bill.model, rate, prompt, cap, local, request_id)
 

@@ -21,7 +21,7 @@ capped by n. Therefore spend <= limit at every instant — the guarantee docs/ga
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from podserve.gateway.money import Rate
@@ -82,6 +82,10 @@ class Grant:
     max_tokens: int
     amount_micro: int
     tpm_tokens: int  # charged to every tpm window: prompt + output cap
+    # Per scope of the hold, in its order: limit - committed as the store saw it before
+    # this grant (None: no limit). Holds outstanding are left out: they may settle lower.
+    # Fail-open caps a replica's share with it (failopen.py); not part of the decision.
+    unspent_micro: tuple[int | None, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +127,10 @@ def grant(
                 budget_retry_after_s(scope.refills_in_s, pending),
                 pending,
             )
-    return Grant(n, plan.rate.cost_micro(plan.prompt_tokens, n), plan.prompt_tokens + n)
+    unspent = tuple(
+        None if s.limit_micro is None else s.limit_micro - s.committed_micro for s in budgets
+    )
+    return Grant(n, plan.rate.cost_micro(plan.prompt_tokens, n), plan.prompt_tokens + n, unspent)
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,10 +50,13 @@ for i = 1, nt do
   n = math.min(n, tonumber(ARGV[a + ns + nr + i - 1]) - used - prompt)
   if n < minn then return {'tpm', i, 0} end
 end
+local unspent = {}  -- limit - committed per scope (false: no limit), for fail-open
 for i = 1, ns do
   local limit = ARGV[a + i - 1]
+  unspent[i] = false
   if limit ~= '' then
     local c = tonumber(redis.call('HGET', KEYS[i], 'c') or '0')
+    unspent[i] = tonumber(limit) - c
     local r = tonumber(redis.call('HGET', KEYS[i], 'r') or '0')
     local room = (tonumber(limit) - c - r) * 1000 - prompt * inn
     local m
@@ -80,7 +83,7 @@ for i = 1, nt do
   redis.call('INCRBY', KEYS[ns + nr + i], prompt + n)
   redis.call('EXPIRE', KEYS[ns + nr + i], ttl)
 end
-if labels == '' then return {'ok', n, amount} end
+if labels == '' then return {'ok', n, amount, unspent} end
 local scopes, tpms = {}, {}
 for i = 1, ns do scopes[i] = KEYS[i] end
 for i = 1, nt do tpms[i] = KEYS[ns + nr + i] end
@@ -89,7 +92,7 @@ redis.call('HSET', res, 'scopes', cjson.encode(scopes), 'tpm', cjson.encode(tpms
   'amount', amount, 'tpm_tokens', prompt + n, 'prompt', prompt, 'maxn', n,
   'labels', labels)
 redis.call('ZADD', KEYS[ns + nr + nt + 2], lease, res_id)
-return {'ok', n, amount}
+return {'ok', n, amount, unspent}
 """
 
 # A settlement: release the hold, commit the cost, return unused tokens to the windows,
@@ -218,7 +221,8 @@ def verdict(hold: Hold, reply: list[Any]) -> Grant | Refusal:
     kind = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
     if kind == "ok":
         n, amount = int(reply[1]), int(reply[2])
-        return Grant(n, amount, plan.prompt_tokens + n)
+        unspent = tuple(None if u is None else int(u) for u in reply[3])
+        return Grant(n, amount, plan.prompt_tokens + n, unspent)
     index = int(reply[1]) - 1
     if kind == "rpm":
         w = hold.rpm[index]
