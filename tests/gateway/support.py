@@ -177,6 +177,7 @@ def make_key(
     namespace: str = "default",
     budget_micro: int | None = None,
     rpm: int | None = None,
+    tpm: int | None = None,
 ) -> tuple[str, str]:
     """(key, key id), stored the way `keys create` stores it."""
     import time
@@ -192,7 +193,7 @@ def make_key(
         (),
         budget_micro,
         rpm,
-        None,
+        tpm,
         None,
         False,
         time.time(),

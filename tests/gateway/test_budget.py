@@ -113,6 +113,47 @@ def test_cancelled_stream_is_charged_prompt_plus_tokens_sent(gateway: GatewayPro
     assert row.cost_micro == 3 + 2 * sent
 
 
+def test_a_tpm_refusal_waits_for_holds_to_give_tokens_back(gateway: GatewayProcess) -> None:
+    # A stream holds 3 + 256 tokens of a 300-token tpm window; a request for 100 more does
+    # not fit while it is out. The stream is abandoned after its first event and settles
+    # at its prompt plus the tokens sent: the waiting request then fits. Before, it was a
+    # 429 saying to come back when the minute turned.
+    key, key_id = make_key(gateway.config_path, team="tpm-wait", tpm=300)
+    headers = {"authorization": f"Bearer {key}"}
+    stream_body = {"model": "tiny-lm", "prompt": PROMPT, "max_tokens": 256, "stream": True}
+    stream_body["ignore_eos"] = True
+
+    async def scenario() -> httpx.Response:
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
+            async with http.stream(
+                "POST", "/v1/completions", json=stream_body, headers=headers
+            ) as stream:
+                assert stream.status_code == 200
+                async for line in stream.aiter_lines():
+                    if line.startswith("data: {"):
+                        break
+                waiting = asyncio.ensure_future(
+                    http.post(
+                        "/v1/completions",
+                        json={"model": "tiny-lm", "prompt": PROMPT, "max_tokens": 100},
+                        headers=headers,
+                    )
+                )
+                await asyncio.sleep(0.2)  # let it reach the gateway while the stream holds
+            return await waiting  # the stream's connection closed above
+
+    reply = asyncio.run(scenario())
+    assert reply.status_code == 200, reply.text
+    wait_until(
+        lambda: (
+            spend_by(gateway.config_path, "key").get(key_id) is not None
+            and spend_by(gateway.config_path, "key")[key_id].requests == 2
+        ),
+        timeout_s=20,
+        what="both requests settled",
+    )
+
+
 def test_a_crashed_gateways_reservation_expires_and_is_charged(pods: Pods, tmp_path: Path) -> None:
     config = base_config(pods, defaults={"maxTokens": 256, "leaseS": 1.0})
     first = GatewayProcess(config, tmp_path).start()

@@ -90,7 +90,12 @@ def test_windows_refuse_with_time_to_reset() -> None:
     assert grant(plan, [], rpm=[WindowState("rpm:k", 5, 4, 12.5)]) == Grant(20, 0, 30)
     refused = grant(plan, [], rpm=[WindowState("rpm:k", 5, 5, 12.5)])
     assert refused == Refusal(RefusalReason.RPM, "rpm:k", 13)
-    assert isinstance(grant(plan, [], tpm=[WindowState("tpm:k", 100, 71, 3)]), Refusal)
+    assert grant(plan, [], tpm=[WindowState("tpm:k", 100, 71, 3)]) == Refusal(
+        RefusalReason.TPM, "tpm:k", 3
+    )
+    # 60 of the 71 held by outstanding reservations: they may give tokens back sooner
+    held = grant(plan, [], tpm=[WindowState("tpm:k", 100, 71, 3, held=60)])
+    assert held == Refusal(RefusalReason.TPM, "tpm:k", 1, may_fit_later=True)
     window = window_at(120.5)
     assert window.index == 2
     assert window.resets_in_s == 59.5

@@ -268,6 +268,24 @@ async def test_rpm_and_tpm_windows(store: Store) -> None:
     assert isinstance(await store.reserve(_hold(10, 50, limit_micro=None, tpm=100)), Grant)
 
 
+async def test_a_tpm_refusal_behind_outstanding_holds_may_fit_in_a_second(store: Store) -> None:
+    # A hold counts its whole output cap in the window until it settles: a refusal then
+    # is worth a retry in a second (the gateway waits for settlements, as for budgets),
+    # not at the window's end, up to 60 s away.
+    first = _hold(10, 50, limit_micro=None, tpm=100)
+    assert isinstance(await store.reserve(first), Grant)  # 60 of 100 tokens held
+    refused = await store.reserve(_hold(10, 50, limit_micro=None, tpm=100))
+    assert isinstance(refused, Refusal)
+    assert refused.reason is RefusalReason.TPM
+    assert (refused.retry_after_s, refused.may_fit_later) == (1, True)
+    await store.settle(_settle(first, 10, 40))  # 50 used, nothing held any more
+    spent = await store.reserve(_hold(10, 50, limit_micro=None, tpm=100))
+    assert isinstance(spent, Refusal)  # 50 used + 60 > 100, and nothing will come back
+    assert spent.may_fit_later is False
+    at_reset = max(1, int(-(-window_at(time.time()).resets_in_s // 1)))
+    assert at_reset <= spent.retry_after_s <= at_reset + 1  # the window's end, not 1 s
+
+
 async def test_a_charge_after_the_fact_is_recorded_once(store: Store) -> None:
     from podserve.gateway.store.base import Charge
 

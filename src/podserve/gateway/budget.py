@@ -75,6 +75,9 @@ class WindowState:
     limit: int
     used: int
     resets_in_s: float
+    # Of `used`, what outstanding reservations hold (tpm: prompt + output cap each); their
+    # settlements give back what they did not use, so a refusal may fit before the reset.
+    held: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +114,7 @@ def grant(
     for window in tpm:
         n = min(n, window.limit - window.used - plan.prompt_tokens)
         if n < plan.min_tokens:
-            return Refusal(RefusalReason.TPM, window.name, _ceil_s(window.resets_in_s))
+            return tpm_refusal(window.name, window.resets_in_s, window.held)
     for scope in budgets:
         avail = scope.available_micro
         if avail is None:
@@ -150,6 +153,15 @@ def cancelled_usage(prompt_tokens: int, tokens_sent: int) -> Usage:
 
 def settle_cost(rate: Rate, usage: Usage) -> int:
     return rate.cost_micro(usage.prompt_tokens, usage.completion_tokens)
+
+
+def tpm_refusal(name: str, resets_in_s: float, held: int) -> Refusal:
+    """A tpm window too full for the request. While reservations hold tokens in it, their
+    settlements give back what they did not use (a request held at max_tokens that
+    stopped early): retry in a second, as for a budget, not at the window's end."""
+    if held > 0:
+        return Refusal(RefusalReason.TPM, name, 1, may_fit_later=True)
+    return Refusal(RefusalReason.TPM, name, _ceil_s(resets_in_s))
 
 
 def budget_retry_after_s(refills_in_s: float | None, pending: bool) -> int:

@@ -54,6 +54,12 @@ class WindowSpec:
     resets_in_s: float
 
 
+# A tpm counter's companion, `<counter>:held`: what outstanding reservations hold of it
+# (budget.WindowState.held), given back as they settle. Both stores keep it beside the
+# counter, with the counter's expiry; the Redis scripts spell it as `local HELD`.
+HELD = ":held"
+
+
 @dataclass(frozen=True, slots=True)
 class Labels:
     key_id: str

@@ -9,7 +9,8 @@ are read back from its hash: Redis Cluster allows that only because every key of
 gateway carries one hash tag there (`{gw}:`, one slot; redis_postgres.py).
 
 Keys (`gw:` prefix; `{gw}:` on Redis Cluster): `scope:<scope>` hash {c: committed, r:
-reserved}; `win:<counter>` integer; `res:<id>` hash; `leases` sorted set by lease end;
+reserved}; `win:<counter>` integer (a tpm counter with `win:<counter>:held`, what
+outstanding holds hold of it); `res:<id>` hash; `leases` sorted set by lease end;
 `ledger` list of JSON rows drained into PostgreSQL by one writer (`ledger:writer` its
 lock; the `WRITER_*` scripts, ledger_writer.py); `init` set once the committed counters
 are there.
@@ -25,8 +26,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from podserve.gateway.budget import Grant, Refusal, RefusalReason, budget_retry_after_s
-from podserve.gateway.store.base import Hold
+from podserve.gateway.budget import (
+    Grant,
+    Refusal,
+    RefusalReason,
+    budget_retry_after_s,
+    tpm_refusal,
+)
+from podserve.gateway.store.base import HELD, Hold
 
 # An empty Redis (restarted, flushed) answers 'init': the caller rebuilds the committed
 # counters from the ledger first, so a restart cannot hand out a spent budget again.
@@ -35,6 +42,7 @@ from podserve.gateway.store.base import Hold
 #       (labels_json "": a hold of nothing, kept by the caller: no res hash, no lease)
 # KEYS: scope hashes (ns) | rpm counters (nr) | tpm counters (nt) | res hash | leases | init
 RESERVE = """
+local HELD = ':held'
 if redis.call('EXISTS', KEYS[#KEYS]) == 0 then return {'init', 0, 0} end
 local ns, nr, nt = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local prompt, maxn, minn = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -48,7 +56,9 @@ local n = maxn
 for i = 1, nt do
   local used = tonumber(redis.call('GET', KEYS[ns + nr + i]) or '0')
   n = math.min(n, tonumber(ARGV[a + ns + nr + i - 1]) - used - prompt)
-  if n < minn then return {'tpm', i, 0} end
+  if n < minn then
+    return {'tpm', i, tonumber(redis.call('GET', KEYS[ns + nr + i] .. HELD) or '0')}
+  end
 end
 local unspent = {}  -- limit - committed per scope (false: no limit), for fail-open
 for i = 1, ns do
@@ -82,6 +92,8 @@ end
 for i = 1, nt do
   redis.call('INCRBY', KEYS[ns + nr + i], prompt + n)
   redis.call('EXPIRE', KEYS[ns + nr + i], ttl)
+  redis.call('INCRBY', KEYS[ns + nr + i] .. HELD, prompt + n)
+  redis.call('EXPIRE', KEYS[ns + nr + i] .. HELD, ttl)
 end
 if labels == '' then return {'ok', n, amount, unspent} end
 local scopes, tpms = {}, {}
@@ -99,6 +111,7 @@ return {'ok', n, amount, unspent}
 # queue the ledger row. KEYS: res hash, leases, ledger list.
 # ARGV: res_id cost prompt completion upstream status at
 _SETTLE_BODY = """
+local HELD = ':held'
 local function settle(res, res_id, cost, prompt, completion, upstream, status, at)
   if redis.call('EXISTS', res) == 0 then return 0 end
   local f = redis.call('HMGET', res, 'scopes', 'tpm', 'amount', 'tpm_tokens', 'labels')
@@ -110,10 +123,10 @@ local function settle(res, res_id, cost, prompt, completion, upstream, status, a
     redis.call('HINCRBY', key, 'c', cost)
   end
   local unused = tonumber(f[4]) - prompt - completion
-  if unused > 0 then
-    for _, key in ipairs(cjson.decode(f[2])) do
-      if redis.call('EXISTS', key) == 1 then redis.call('DECRBY', key, unused) end
-    end
+  for _, key in ipairs(cjson.decode(f[2])) do
+    if unused > 0 and redis.call('EXISTS', key) == 1 then redis.call('DECRBY', key, unused) end
+    -- only while the window lives: a DECRBY on an expired key would make one without a TTL
+    if redis.call('EXISTS', key .. HELD) == 1 then redis.call('DECRBY', key .. HELD, f[4]) end
   end
   local row = cjson.decode(f[5])
   row['reservation_id'] = res_id; row['upstream'] = upstream; row['status'] = status
@@ -229,7 +242,7 @@ def verdict(hold: Hold, reply: list[Any]) -> Grant | Refusal:
         return Refusal(RefusalReason.RPM, w.name, max(1, int(-(-w.resets_in_s // 1))))
     if kind == "tpm":
         w = hold.tpm[index]
-        return Refusal(RefusalReason.TPM, w.name, max(1, int(-(-w.resets_in_s // 1))))
+        return tpm_refusal(w.name, w.resets_in_s, int(reply[2]))
     pending = int(reply[2]) > 0  # as budget.grant decides it
     scope = hold.scopes[index]
     return Refusal(
@@ -238,3 +251,7 @@ def verdict(hold: Hold, reply: list[Any]) -> Grant | Refusal:
         budget_retry_after_s(scope.refills_in_s, pending),
         pending,
     )
+
+
+# The scripts spell the suffix themselves (Lua, not Python formatting: their braces).
+assert all(f"local HELD = '{HELD}'" in script for script in (RESERVE, SETTLE, EXPIRE))

@@ -37,7 +37,7 @@ from typing import Any
 
 from podserve.gateway.budget import Grant, Refusal, ScopeState, WindowState, grant
 from podserve.gateway.limits import WINDOW_S
-from podserve.gateway.store.base import Hold, Labels, Settlement
+from podserve.gateway.store.base import HELD, Hold, Labels, Settlement
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +152,7 @@ def reserve(tx: Tx, hold: Hold, at: float) -> Grant | Refusal:
         for s in hold.scopes
     ]
     counters = [w.counter for w in (*hold.rpm, *hold.tpm)]
+    counters += [w.counter + HELD for w in hold.tpm]
     used: dict[str, int] = (
         dict(
             tx.db.execute(
@@ -163,7 +164,12 @@ def reserve(tx: Tx, hold: Hold, at: float) -> Grant | Refusal:
         else {}
     )
     rpm = [WindowState(w.name, w.limit, used.get(w.counter, 0), w.resets_in_s) for w in hold.rpm]
-    tpm = [WindowState(w.name, w.limit, used.get(w.counter, 0), w.resets_in_s) for w in hold.tpm]
+    tpm = [
+        WindowState(
+            w.name, w.limit, used.get(w.counter, 0), w.resets_in_s, used.get(w.counter + HELD, 0)
+        )
+        for w in hold.tpm
+    ]
     decision = grant(hold.plan, budgets, rpm, tpm)
     if isinstance(decision, Refusal):
         return decision
@@ -173,7 +179,8 @@ def reserve(tx: Tx, hold: Hold, at: float) -> Grant | Refusal:
             "INSERT INTO windows VALUES (?, ?, ?) ON CONFLICT(counter) "
             "DO UPDATE SET used = used + excluded.used",
             [(w.counter, 1, expires) for w in hold.rpm]
-            + [(w.counter, decision.tpm_tokens, expires) for w in hold.tpm],
+            + [(w.counter, decision.tpm_tokens, expires) for w in hold.tpm]
+            + [(w.counter + HELD, decision.tpm_tokens, expires) for w in hold.tpm],
         )
     held = _open(hold, decision, at)
     if not decision.amount_micro:
@@ -226,6 +233,12 @@ def settle(tx: Tx, s: Settlement) -> bool:
         tx.db.execute(
             f"UPDATE windows SET used = used - ? WHERE counter IN ({marks(list(held.tpm))})",
             (unused, *held.tpm),
+        )
+    if held.tpm_tokens and held.tpm:
+        holding = [counter + HELD for counter in held.tpm]
+        tx.db.execute(
+            f"UPDATE windows SET used = used - ? WHERE counter IN ({marks(holding)})",
+            (held.tpm_tokens, *holding),
         )
     write_ledger(tx, s, held.labels, held.reserved_at)
     return True
