@@ -18,6 +18,7 @@ from podserve.config.gateway_spec import Gateway
 from podserve.kube import conventions as c
 from podserve.kube.order import in_apply_order
 from podserve.kube.render.checkov import checkov_skips
+from podserve.kube.render.gateway_checks import check_gateway, most_replicas
 from podserve.kube.render.gateway_monitoring import gateway_monitoring
 from podserve.kube.render.pod import container_security, pod_security
 from podserve.kube.types import Manifest
@@ -68,15 +69,20 @@ def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
     }
 
 
+def _env(gw: Gateway) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [
+        {"name": s.env, "valueFrom": {"secretKeyRef": {"name": s.secret, "key": s.key}}}
+        for s in gw.spec.secrets
+    ]
+    if gw.spec.egress_proxy is not None:  # read by config/egress_proxy.py in the gateway
+        env += gw.spec.egress_proxy.env()
+    return env
+
+
 def _deployment(gw: Gateway, config_text: str) -> Manifest:
     spec = gw.spec
     checksum = hashlib.sha256(config_text.encode()).hexdigest()
-    env: list[dict[str, Any]] = [
-        {"name": s.env, "valueFrom": {"secretKeyRef": {"name": s.secret, "key": s.key}}}
-        for s in spec.secrets
-    ]
-    if spec.egress_proxy is not None:  # read by config/egress_proxy.py in the gateway
-        env += spec.egress_proxy.env()
+    env = _env(gw)
     container = {
         "name": COMPONENT,
         "image": spec.image,
@@ -145,6 +151,7 @@ def _deployment(gw: Gateway, config_text: str) -> Manifest:
 
 
 def render_gateway(gw: Gateway) -> tuple[Manifest, ...]:
+    check_gateway(gw, [str(e["name"]) for e in _env(gw)])
     spec = gw.spec
     name = gw.metadata.name
     config_text = gateway_config_text(gw)
@@ -184,7 +191,7 @@ def render_gateway(gw: Gateway) -> tuple[Manifest, ...]:
             "spec": {
                 "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
                 "minReplicas": spec.replicas,
-                "maxReplicas": spec.max_replicas,
+                "maxReplicas": most_replicas(gw),
                 # Scale up at once; scale down slowly so a bursty hour keeps its capacity.
                 "behavior": {
                     "scaleUp": {"stabilizationWindowSeconds": 0},

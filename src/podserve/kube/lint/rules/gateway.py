@@ -6,77 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import yaml
-
 from podserve.config.egress_proxy import PROXY_ENV, proxied_endpoints, proxy_env_names
 from podserve.kube.lint.context import LintContext
+from podserve.kube.lint.gateway_pods import gateway_config_files, gateway_container
 from podserve.kube.lint.model import Hit, Rule
-from podserve.kube.lint.pods import PodView
-from podserve.kube.types import Document, Severity
-
-
-def _gateway(pod: PodView) -> tuple[Mapping[str, Any], str] | None:
-    """The container running `podserve gateway` and its `--config` path ("" without one)."""
-    for ctr in pod.containers():
-        words = [str(w) for w in (ctr.spec.get("command") or []) + (ctr.spec.get("args") or [])]
-        if "gateway" not in words:
-            continue
-        at = words.index("gateway")
-        if at > 0 and not words[at - 1].endswith("podserve"):
-            continue
-        rest = words[at + 1 :]
-        if rest[:1] in (["keys"], ["spend"]):
-            continue
-        for i, word in enumerate(rest):
-            if word == "--config" and i + 1 < len(rest):
-                return ctr.spec, rest[i + 1]
-            if word.startswith("--config="):
-                return ctr.spec, word.split("=", 1)[1]
-        return ctr.spec, ""
-    return None
-
-
-def _runs_gateway(pod: PodView) -> str | None:
-    """The `--config` path of a container running `podserve gateway`, or "" without one."""
-    found = _gateway(pod)
-    return None if found is None else found[1]
-
-
-def _config_maps(ctx: LintContext, pod: PodView) -> list[Document]:
-    names = {
-        str((v.get("configMap") or {}).get("name"))
-        for v in pod.volumes()
-        if isinstance(v.get("configMap"), Mapping)
-    }
-    return [
-        doc
-        for doc in ctx.of_kind("ConfigMap")
-        if (doc.manifest.get("metadata") or {}).get("name") in names
-        and str((doc.manifest.get("metadata") or {}).get("namespace", "")) == pod.namespace
-    ]
-
-
-def _config(text: str) -> Mapping[str, Any] | None:
-    try:
-        body: Any = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return None
-    return body if isinstance(body, Mapping) else None
-
-
-def _gateway_configs(
-    ctx: LintContext, pod: PodView, path: str
-) -> Iterator[tuple[Document, str, Mapping[str, Any]]]:
-    """(ConfigMap, key, parsed config) for each config the gateway may be reading."""
-    filename = path.rsplit("/", 1)[-1] if path else None
-    for config_map in _config_maps(ctx, pod):
-        data = config_map.manifest.get("data") or {}
-        for key, text in data.items():
-            if filename is not None and key != filename:
-                continue
-            body = _config(str(text))
-            if body is not None:
-                yield config_map, str(key), body
+from podserve.kube.types import Severity
 
 
 def _store_kind(body: Mapping[str, Any]) -> str | None:
@@ -89,20 +23,20 @@ def _store_kind(body: Mapping[str, Any]) -> str | None:
 
 def _check(ctx: LintContext) -> Iterator[Hit]:
     for pod in ctx.pods:
-        path = _runs_gateway(pod)
-        if path is None:
+        gateway = gateway_container(pod)
+        if gateway is None:
             continue
         replicas = ctx.max_replicas(pod)
         if replicas < 2:
             continue
-        for config_map, key, body in _gateway_configs(ctx, pod, path):
-            if _store_kind(body) == "sqlite":
+        for config in gateway_config_files(ctx, pod, gateway):
+            if _store_kind(config.body) == "sqlite":
                 yield Hit(
                     pod.document,
                     "spec.replicas",
-                    f"up to {replicas} gateway replicas, and ConfigMap "
-                    f"{(config_map.manifest.get('metadata') or {}).get('name')} "
-                    f"({key}) keeps budgets and limits in a per-replica SQLite store",
+                    f"up to {replicas} gateway replicas, and ConfigMap {config.name} "
+                    f"({config.key}, read as {gateway.config}) keeps budgets and limits in "
+                    "a per-replica SQLite store",
                 )
 
 
@@ -133,15 +67,14 @@ def _endpoints(body: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
 
 def _check_proxy(ctx: LintContext) -> Iterator[Hit]:
     for pod in ctx.pods:
-        found = _gateway(pod)
-        if found is None:
+        gateway = gateway_container(pod)
+        if gateway is None:
             continue
-        container, path = found
-        schemes, no_proxy = _proxy_env(container)
+        schemes, no_proxy = _proxy_env(gateway.spec)
         if not schemes or no_proxy is None:
             continue
-        for _, _, body in _gateway_configs(ctx, pod, path):
-            for pool, endpoint in proxied_endpoints(schemes, no_proxy, _endpoints(body)):
+        for config in gateway_config_files(ctx, pod, gateway):
+            for pool, endpoint in proxied_endpoints(schemes, no_proxy, _endpoints(config.body)):
                 yield Hit(
                     pod.document,
                     "spec.template.spec.containers[].env",
@@ -157,7 +90,11 @@ GATEWAY_REPLICAS_WITHOUT_SHARED_STORE = Rule(
     why="Budgets, reservations and rate-limit windows live in the store. With SQLite each "
     "replica keeps its own: N replicas let a key spend N times its budget and send N times "
     "its rpm/tpm (the per-process counters LiteLLM users report in #40291 and #27736), and "
-    "the spend ledger is split across pods that are deleted on every rollout.",
+    "the spend ledger is split across pods that are deleted on every rollout. The store is "
+    "read from the file the gateway's `--config` names (`podserve gateway`, `python -m "
+    "podserve.cli.main gateway`, or either in a `sh -c` script), found through the "
+    "container's volumeMounts and the ConfigMap's keys or `items` paths, in `configMap` and "
+    "`projected` volumes.",
     fix="Use `store: {kind: redis-postgres, redisEnv: …, postgresEnv: …}` with the URL and "
     "DSN from a Secret (`podserve render` of a `kind: Gateway` spec does this), or run one "
     "replica.",

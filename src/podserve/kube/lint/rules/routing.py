@@ -8,6 +8,7 @@ from typing import Any
 
 from podserve.kube.lint.context import LintContext
 from podserve.kube.lint.model import Hit, Rule
+from podserve.kube.lint.retry_layers import MeshPolicies, gateway_layer_hits, route_retries
 from podserve.kube.lint.signals import services_for
 from podserve.kube.types import Document, Severity
 
@@ -135,94 +136,28 @@ GRPC_WITHOUT_L7_ROUTE = Rule(
 )
 
 
-def _attempts(retry: Any) -> int:
-    if not isinstance(retry, Mapping):
-        return 0
-    value = retry.get("attempts", retry.get("numRetries", 0))
-    return value if isinstance(value, int) else 0
-
-
-def _service_of(host: str, namespace: str) -> tuple[str, str]:
-    parts = host.split(".")
-    return (parts[1] if len(parts) > 1 else namespace, parts[0])
-
-
-def _gateway_retries(ctx: LintContext) -> Iterator[tuple[Document, tuple[str, str], int]]:
-    policies: dict[tuple[str, str], int] = {}
-    for doc in ctx.of_kind("BackendTrafficPolicy"):  # Envoy Gateway
-        attempts = _attempts((doc.manifest.get("spec") or {}).get("retry"))
-        for ref in (doc.manifest.get("spec") or {}).get("targetRefs") or []:
-            if ref.get("kind") in {"HTTPRoute", "GRPCRoute"} and attempts:
-                policies[(_ns(doc), str(ref.get("name")))] = attempts
-    for route in ctx.of_kind("HTTPRoute", "GRPCRoute"):
-        policy = policies.get((_ns(route), str(_meta(route).get("name"))), 0)
-        for rule in (route.manifest.get("spec") or {}).get("rules") or []:
-            attempts = _attempts(rule.get("retry")) or policy
-            for ref in rule.get("backendRefs") or [] if attempts else []:
-                if ref.get("kind", "Service") == "Service":
-                    key = (str(ref.get("namespace", _ns(route))), str(ref.get("name")))
-                    yield route, key, attempts
-    for vs in ctx.of_kind("VirtualService"):
-        gateways = (vs.manifest.get("spec") or {}).get("gateways") or []
-        if gateways and "mesh" not in gateways:
-            yield from _vs_retries(vs)
-
-
-def _vs_retries(vs: Document) -> Iterator[tuple[Document, tuple[str, str], int]]:
-    for http in (vs.manifest.get("spec") or {}).get("http") or []:
-        attempts = _attempts(http.get("retries"))
-        for route in http.get("route") or [] if attempts else []:
-            host = str((route.get("destination") or {}).get("host", ""))
-            yield vs, _service_of(host, _ns(vs)), attempts
-
-
-# Istio retries twice by default when no VirtualService sets `retries` (istio.io docs,
-# "Traffic Management" → "Retries").
-_ISTIO_DEFAULT_ATTEMPTS = 2
-
-
-def _mesh_retries(ctx: LintContext) -> dict[tuple[str, str], tuple[str, int]]:
-    found: dict[tuple[str, str], tuple[str, int]] = {}
-    configured: set[tuple[str, str]] = set()  # hosts whose mesh retries a VirtualService sets
-    for vs in ctx.of_kind("VirtualService"):
-        gateways = (vs.manifest.get("spec") or {}).get("gateways") or []
-        if gateways and "mesh" not in gateways:
-            continue
-        for http in (vs.manifest.get("spec") or {}).get("http") or []:
-            if "retries" not in http:
-                continue
-            for route in http.get("route") or []:
-                host = str((route.get("destination") or {}).get("host", ""))
-                configured.add(_service_of(host, _ns(vs)))
-        for _, key, attempts in _vs_retries(vs):
-            found[key] = (f"VirtualService {_meta(vs).get('name')}", attempts)
-    for service in ctx.of_kind("Service"):
-        annotations = _meta(service).get("annotations") or {}
-        key = (_ns(service), str(_meta(service).get("name")))
-        if "retry.linkerd.io/http" in annotations:
-            limit = str(annotations.get("retry.linkerd.io/limit", "1"))
-            found.setdefault(key, ("Linkerd", int(limit) if limit.isdigit() else 1))
-    for pod in ctx.pods:
-        if pod.annotations.get("sidecar.istio.io/inject") == "true":
-            for service in services_for(ctx, pod):
-                key = (_ns(service), str(_meta(service).get("name")))
-                if key not in configured:
-                    found.setdefault(key, ("Istio's default retry policy", _ISTIO_DEFAULT_ATTEMPTS))
-    return found
-
-
 def _two_layers(ctx: LintContext) -> Iterator[Hit]:
-    mesh = _mesh_retries(ctx)
-    for doc, key, attempts in _gateway_retries(ctx):
-        if key in mesh:
-            where, inner = mesh[key]
+    """Two retry layers on one hop (retry_layers.py says which proxy retries where)."""
+    mesh = MeshPolicies.of(ctx)
+    for doc, key, attempts in route_retries(ctx):
+        inner = mesh.configured(key)
+        if inner is not None:
             yield Hit(
                 doc,
                 "spec.rules",
-                f"the gateway retries {key[1]} {attempts} times and {where} retries it "
-                f"{inner} times more: one request can reach the model "
-                f"{(1 + attempts) * (1 + inner)} times",
+                f"the gateway retries {key[1]} {attempts} times and {inner.where} retries it "
+                f"{inner.attempts} times more: one request can reach the model "
+                f"{(1 + attempts) * (1 + inner.attempts)} times",
             )
+    for pod, pool, service, ratio, inner in gateway_layer_hits(ctx, mesh):
+        yield Hit(
+            pod.document,
+            f"{pod.pod_path.removesuffix('spec')}metadata",
+            f"the podserve gateway retries pool {pool} (retryBudgetRatio {ratio:g}) through "
+            f"its own mesh proxy, where {inner.where} retries {service} {inner.attempts} "
+            f"times more: a failing pool gets up to {(1 + ratio) * (1 + inner.attempts):g} "
+            "times its requests in attempts",
+        )
 
 
 RETRIES_IN_TWO_LAYERS = Rule(
@@ -232,9 +167,17 @@ RETRIES_IN_TWO_LAYERS = Rule(
     why="Retry layers multiply: 2 retries at the gateway and 2 in the sidecar send one "
     "failed request up to 9 times. On a model server a failure usually means overload "
     "(503 from a full queue, a timeout on a long generation), so the multiplied retries "
-    "arrive exactly when the GPUs have no room, turning a brownout into an outage.",
-    fix="Retry in one layer only (usually the gateway, with a budget), set the mesh's "
-    "retries to 0 for the model service, and never retry non-idempotent long generations "
-    "on timeout.",
+    "arrive exactly when the GPUs have no room, turning a brownout into an outage. A mesh "
+    "retries in the caller's proxy (Istio's VirtualService retries and its default policy "
+    "of 2 retries, Linkerd's retry annotations), never in the backend's: the podserve "
+    "gateway's retries (`routing.retryBudgetRatio`, 0.2) are multiplied when its own pods "
+    "get a sidecar (the Namespace's `istio-injection=enabled` or `istio.io/rev` label, the "
+    "pod's `sidecar.istio.io/inject` label), and a Gateway API route's when the mesh is "
+    "configured to retry the Service; pool pods with a sidecar behind a gateway without "
+    "one are retried once.",
+    fix="Retry in one layer only (usually the gateway, with a budget): set the mesh's "
+    "retries to 0 for the model service (a VirtualService with `retries: {attempts: 0}`, "
+    "which also replaces Istio's default policy in the podserve gateway's sidecar), and "
+    "never retry non-idempotent long generations on timeout.",
     check=_two_layers,
 )
