@@ -175,6 +175,9 @@ def test_oip_v2_metadata_is_passed_through(gateway: GatewayProcess, key: str) ->
         anonymous = http.get("/v2/models/iris")
     assert meta.status_code == 200
     assert meta.json()["name"] == "iris"
+    # proxied, so it names its upstream as every proxied reply does
+    assert meta.headers["x-podserve-gateway-upstream"] == "chat"
+    assert ready.headers["x-podserve-gateway-upstream"] == "chat"
     assert ready.status_code == 200
     assert unknown.status_code == 404
     assert anonymous.status_code == 401
@@ -220,12 +223,17 @@ def test_revoked_and_expired_keys_are_refused(gateway: GatewayProcess) -> None:
         )
 
     wait_until(refused, timeout_s=10, what="revocation")
-    expired = create_key(gateway.config_path, "--expires-in-days", "0")
-    reply = chat(
-        gateway, expired, model="tiny-lm", messages=[{"role": "user", "content": "a"}], max_tokens=1
-    )
-    assert reply.status_code == 401
-    assert "expired" in reply.json()["error"]["message"]
+    # the CLI takes more than 0 days: a key that lives 0.1 s (1e-6 days), then is refused
+    expired = create_key(gateway.config_path, "--expires-in-days", "0.000001")
+    replies: list[httpx.Response] = []
+
+    def expired_refused() -> bool:
+        messages = [{"role": "user", "content": "a"}]
+        replies.append(chat(gateway, expired, model="tiny-lm", messages=messages, max_tokens=1))
+        return replies[-1].status_code == 401
+
+    wait_until(expired_refused, timeout_s=10, what="expiry")
+    assert "expired" in replies[-1].json()["error"]["message"]
 
 
 def test_a_rotated_key_keeps_its_id_and_spend_and_its_old_secret_for_the_grace(

@@ -78,7 +78,7 @@ def test_weighted_split_between_pools(pods: Pods, tmp_path: Path) -> None:
             {"name": "canary", "models": ["tiny-lm"], "endpoints": [pods.b.url], "weight": 1},
         ],
     )
-    with GatewayProcess(config, tmp_path) as gateway:
+    with GatewayProcess(config, tmp_path, env={"HOSTED_API_KEY": "sk-test"}) as gateway:
         key, _ = make_key(gateway.config_path)
         seen = _upstreams(gateway, key, 8)
     assert [code for code, _ in seen] == [200] * 8
@@ -238,6 +238,68 @@ def test_the_hosted_key_comes_from_the_env(pods: Pods, tmp_path: Path) -> None:
     assert seen == [(200, "hosted")]
     assert _Hosted.seen == [("/v1/completions", "Bearer sk-from-env")]
     assert (row.prompt_tokens, row.completion_tokens, row.cost_micro) == (3, 1, 5)
+
+
+class _HostedAnything(_Hosted):
+    """A hosted provider that answers whatever it is sent, GETs too: what reaches it is
+    recorded, not refused."""
+
+    seen: list[tuple[str, str]] = []
+
+    def do_GET(self) -> None:
+        self.seen.append((self.path, self.headers.get("authorization", "")))
+        _send(self, 200, b"{}", "application/json")
+
+
+def test_oip_is_never_sent_to_a_hosted_fallback(pods: Pods, tmp_path: Path) -> None:
+    """A hosted fallback is an OpenAI-compatible API: OIP v2 sent there went to
+    `<baseUrl>/v2/models/...` with the payload and the provider's key. With the pool
+    down, OIP is 503 with Retry-After; a model that only a fallback serves is unknown to
+    OIP; the /v1 routes still fall back."""
+    hosted = ThreadingHTTPServer(("127.0.0.1", 0), _HostedAnything)
+    threading.Thread(target=hosted.serve_forever, daemon=True).start()
+    config = base_config(
+        pods,
+        pools=[
+            {"name": "chat", "models": ["iris"], "endpoints": [f"http://127.0.0.1:{free_port()}"]}
+        ],
+        fallbacks=[
+            {
+                "name": "hosted",
+                "baseUrl": f"http://127.0.0.1:{hosted.server_address[1]}/v1",
+                "apiKeyEnv": "HOSTED_API_KEY",
+                "models": ["iris", "tiny-lm"],
+            }
+        ],
+    )
+    body = {"inputs": [{"name": "features", "shape": [1, 4], "datatype": "FP32", "data": [1] * 4}]}
+    try:
+        with GatewayProcess(config, tmp_path, env={"HOSTED_API_KEY": "sk-test"}) as gateway:
+            key, _ = make_key(gateway.config_path)
+            auth = {"authorization": f"Bearer {key}"}
+            with httpx.Client(base_url=gateway.url, headers=auth, timeout=60) as http:
+                refused = [
+                    http.post("/v2/models/iris/infer", json=body),
+                    http.post("/v2/models/iris/versions/1/infer", json=body),
+                    http.get("/v2/models/iris"),
+                    http.get("/v2/models/iris/ready"),
+                ]
+                pool_less = http.post("/v2/models/tiny-lm/infer", json=body)
+                completion = http.post("/v1/completions", json=BODY)
+    finally:
+        hosted.shutdown()
+        hosted.server_close()
+    for reply in refused:
+        assert reply.status_code == 503, reply.text
+        assert reply.headers["retry-after"] == "1"
+        error = reply.json()["error"]
+        assert (error["type"], error["code"]) == ("service_unavailable", "no_upstream")
+        assert "pools only" in error["message"]
+    assert pool_less.status_code == 404, pool_less.text
+    assert "pools only" in pool_less.json()["error"]["message"]
+    assert completion.status_code == 200, completion.text
+    assert completion.headers["x-podserve-gateway-upstream"] == "hosted"
+    assert _HostedAnything.seen == [("/v1/completions", "Bearer sk-test")]
 
 
 def test_retries_on_503_stay_within_the_budget(pods: Pods, overloaded: str, tmp_path: Path) -> None:

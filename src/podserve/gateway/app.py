@@ -2,8 +2,8 @@
 bare ASGI edge is `asgi`).
 
 Routes: the OpenAI-compatible `/v1/models`, `/v1/completions`, `/v1/chat/completions`
-(SSE), `/v1/embeddings`; OIP v2 `/v2/models/{m}[/versions/{v}]/infer` and model metadata;
-the gateway's own `/healthz`, `/ready`, `/metrics`. Every response carries
+(SSE), `/v1/embeddings`; OIP v2 `/v2/models/{m}[/versions/{v}]/infer` (its other routes:
+oip_routes); the gateway's own `/healthz`, `/ready`, `/metrics`. Every response carries
 `x-podserve-gateway-overhead-ms`: the time until its headers minus the upstream's share.
 """
 
@@ -27,7 +27,6 @@ from podserve.gateway.budget import Usage
 from podserve.gateway.errors import (
     GatewayError,
     InvalidRequest,
-    ModelForbidden,
     Overloaded,
     UnknownModel,
     shown,
@@ -36,6 +35,7 @@ from podserve.gateway.forward import UPSTREAM_ERRORS, Attempted, Forwarder, upst
 from podserve.gateway.housekeeping import housekeep
 from podserve.gateway.inflight import InFlight, Ticket
 from podserve.gateway.metrics import CONTENT_TYPE, GatewayMetrics
+from podserve.gateway.oip_routes import OipRoutes
 from podserve.gateway.relay import relay_stream
 from podserve.gateway.retry_budget import RetryBudget
 from podserve.gateway.routing import Router
@@ -46,6 +46,11 @@ from podserve.gateway.upstream_http import Header, ResponseTooLarge
 from podserve.gateway.usage import billed_usage, held_usage
 from podserve.gateway.wire import (
     BINARY_JSON_LENGTH,
+    NOT_IN_POOLS,
+    OVERHEAD,
+    OVERHEAD_HEADER,
+    REQUEST_ID,
+    UPSTREAM,
     V2_BODY_HEADERS,
     BadRequest,
     Billable,
@@ -55,10 +60,8 @@ from podserve.gateway.wire import (
     request_id,
 )
 
-OVERHEAD_HEADER = "x-podserve-gateway-overhead-ms"
-_OVERHEAD = OVERHEAD_HEADER.encode()
-_UPSTREAM = b"x-podserve-gateway-upstream"
-_REQUEST_ID = b"x-request-id"
+__all__ = ["OVERHEAD_HEADER", "Gateway"]
+
 log = logging.getLogger("podserve.gateway")
 
 
@@ -126,32 +129,31 @@ class Gateway:
         routes.add("POST", "/v1/completions", self._completions)
         routes.add("POST", "/v1/chat/completions", self._chat)
         routes.add("POST", "/v1/embeddings", self._embeddings)
-        routes.add_v2("GET", "", self._v2_metadata)
-        routes.add_v2("GET", "ready", self._v2_metadata)
         routes.add_v2("POST", "infer", self._v2_infer)
         routes.add_v2("POST", "versions/infer", self._v2_infer)
-        return App(routes, self.startup, self.shutdown, _OVERHEAD)
+        OipRoutes(self).register(routes)  # health, server and model metadata
+        return App(routes, self.startup, self.shutdown, OVERHEAD)
 
     # --- small routes ----------------------------------------------------------------
     # Own routes carry the overhead header too, kept out of its histogram (not proxied).
     async def _ok(self, _call: Call) -> Reply:
-        return Reply(200, b'{"status":"ok"}', headers=[(_OVERHEAD, b"0.000")])
+        return Reply(200, b'{"status":"ok"}', headers=[(OVERHEAD, b"0.000")])
 
     async def _metrics(self, _call: Call) -> Reply:
         started = time.perf_counter()
         body = self.metrics.exposition()
         took = f"{(time.perf_counter() - started) * 1000:.3f}".encode()
-        return Reply(200, body, CONTENT_TYPE.encode(), [(_OVERHEAD, took)])
+        return Reply(200, body, CONTENT_TYPE.encode(), [(OVERHEAD, took)])
 
     async def _models(self, call: Call) -> Reply:
         started = time.perf_counter()
         try:
             key = await self.accounting.authenticate(call.header(b"authorization"))
         except GatewayError as exc:
-            return self._refuse(exc, started)
+            return self.refuse(exc, started)
         models = [m for m in self.config.models() if key.allows(m)]
         body = {"object": "list", "data": [_model_object(m) for m in models]}
-        return self._json(orjson.dumps(body), 200, started, 0.0)
+        return self.json_reply(orjson.dumps(body), 200, started, 0.0)
 
     async def _model(self, call: Call) -> Reply:
         """One model, as the list gives it (the openai SDK's `models.retrieve`); a model
@@ -163,8 +165,8 @@ class Gateway:
             if name not in self.config.models() or not key.allows(name):
                 raise UnknownModel(f"the model '{shown(name)}' does not exist")
         except GatewayError as exc:
-            return self._refuse(exc, started)
-        return self._json(orjson.dumps(_model_object(name)), 200, started, 0.0)
+            return self.refuse(exc, started)
+        return self.json_reply(orjson.dumps(_model_object(name)), 200, started, 0.0)
 
     # --- the proxied routes ----------------------------------------------------------
     async def _completions(self, call: Call) -> Reply | None:
@@ -179,39 +181,6 @@ class Gateway:
     async def _v2_infer(self, call: Call) -> Reply | None:
         return await self._proxy(call, Endpoint.V2)
 
-    async def _v2_metadata(self, call: Call) -> Reply:
-        """Model metadata and readiness, passed through from a pod serving the model:
-        authenticated, not billed."""
-        started = time.perf_counter()
-        model = call.params["model"]
-        try:
-            key = await self.accounting.authenticate(call.header(b"authorization"))
-            if not key.allows(model):
-                raise ModelForbidden(f"this key may not use model '{shown(model)}'")
-            if not self.router.knows(model):
-                raise UnknownModel(f"model '{shown(model)}' is not served by this gateway")
-            attempt = await self.forwarder.send(
-                model, call.path, b"", request_id(None), method="GET"
-            )
-        except GatewayError as exc:
-            return self._refuse(exc, started)
-        response = attempt.response
-        try:
-            content = await response.read(self.config.max_response_bytes)
-        except (*UPSTREAM_ERRORS, ResponseTooLarge) as exc:
-            self.forwarder.finished(attempt, False)
-            return self._refuse(upstream_failed(exc), started)
-        finally:
-            response.release()
-        self.forwarder.finished(attempt, response.status < 500)
-        return self._json(
-            content,
-            response.status,
-            started,
-            attempt.upstream_s,
-            response.headers.get("content-type", "application/json"),
-        )
-
     async def _proxy(self, call: Call, endpoint: Endpoint) -> Reply | None:
         started = time.perf_counter()
         declared = call.header(b"content-length")
@@ -220,7 +189,7 @@ class Gateway:
             # Past maxBodyBytes the body is refused with 413 before it is read: hold less.
             ticket = self.inflight.enter(min(length, self.config.max_body_bytes))
         except Overloaded as exc:
-            return self._refuse(exc, started)
+            return self.refuse(exc, started)
         try:
             reply = await self._proxy_admitted(call, endpoint, started, ticket)
         except BaseException:
@@ -260,13 +229,14 @@ class Gateway:
                 body = raw
             else:
                 parsed, bill = await self.parser.parse(raw, endpoint)
-            if not self.router.knows(bill.model):
-                raise UnknownModel(f"model '{shown(bill.model)}' is not served by this gateway")
+            if not self.router.knows(bill.model, hosted=endpoint is not Endpoint.V2):
+                where = NOT_IN_POOLS if endpoint is Endpoint.V2 else "is not served by this gateway"
+                raise UnknownModel(f"model '{shown(bill.model)}' {where}")
             admission = await self.accounting.admit(key, bill, rid, deadline)
         except BadRequest as exc:
-            return self._refuse(InvalidRequest(str(exc)), started)
+            return self.refuse(InvalidRequest(str(exc)), started)
         except GatewayError as exc:
-            return self._refuse(exc, started)
+            return self.refuse(exc, started)
         renamed = None
         passed: list[Header] = []
         if endpoint is Endpoint.V2:
@@ -285,7 +255,7 @@ class Gateway:
             )
         except GatewayError as exc:
             await self._settle(admission, Usage(0, 0), Outcome.ERROR, "", exc.status)
-            return self._refuse(exc, started)
+            return self.refuse(exc, started)
         response = attempt.response
         is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
         if response.status == 200 and is_sse:
@@ -302,7 +272,7 @@ class Gateway:
                 else Usage(0, 0)
             )
             await self._settle(admission, usage, Outcome.ERROR, attempt.target.upstream, 502)
-            return self._refuse(upstream_failed(exc), started)
+            return self.refuse(upstream_failed(exc), started)
         finally:
             response.release()
         upstream_s = attempt.upstream_s
@@ -315,7 +285,7 @@ class Gateway:
             usage = billed_usage(
                 content, admission.prompt_tokens, admission.max_tokens, bill.choices
             )
-        reply = self._json(
+        reply = self.json_reply(
             content,
             response.status,
             started,
@@ -323,7 +293,7 @@ class Gateway:
             response.headers.get("content-type", "application/json"),
         )
         upstream = attempt.target.upstream
-        reply.headers += ((_UPSTREAM, upstream.encode()), (_REQUEST_ID, rid.encode()))
+        reply.headers += ((UPSTREAM, upstream.encode()), (REQUEST_ID, rid.encode()))
         binary_json = response.headers.get(BINARY_JSON_LENGTH.decode())
         if endpoint is Endpoint.V2 and binary_json is not None:
             reply.headers.append((BINARY_JSON_LENGTH, binary_json.encode("latin-1")))
@@ -365,9 +335,9 @@ class Gateway:
         overhead_ms = (time.perf_counter() - started - attempt.upstream_s) * 1000
         self.metrics.overhead.observe(overhead_ms / 1000)
         headers: Headers = [
-            (_OVERHEAD, f"{overhead_ms:.3f}".encode()),
-            (_UPSTREAM, upstream.encode()),
-            (_REQUEST_ID, rid.encode()),
+            (OVERHEAD, f"{overhead_ms:.3f}".encode()),
+            (UPSTREAM, upstream.encode()),
+            (REQUEST_ID, rid.encode()),
             (b"cache-control", b"no-cache"),
         ]
         await relay_stream(
@@ -395,7 +365,7 @@ class Gateway:
         if cost:
             m.spent(*labels).inc(cost / 1_000_000)
 
-    def _json(
+    def json_reply(
         self,
         content: bytes,
         status: int,
@@ -409,13 +379,13 @@ class Gateway:
             status,
             content,
             media_type.encode("latin-1"),
-            [(_OVERHEAD, f"{overhead_ms:.3f}".encode())],
+            [(OVERHEAD, f"{overhead_ms:.3f}".encode())],
         )
 
-    def _refuse(self, exc: GatewayError, started: float) -> Reply:
+    def refuse(self, exc: GatewayError, started: float) -> Reply:
         self.metrics.rejection(exc.reason).inc()
         body = error_body(str(exc), exc.kind, exc.reason)
-        reply = self._json(body, exc.status, started, exc.upstream_s)
+        reply = self.json_reply(body, exc.status, started, exc.upstream_s)
         if exc.retry_after_s is not None:
             reply.headers.append((b"retry-after", str(exc.retry_after_s).encode()))
         if exc.close_connection:  # uvicorn closes after a response that says so

@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import quote
 
 from podserve.gateway.errors import BodyTooLarge
-from podserve.gateway.wire import ErrorType, error_body
+from podserve.gateway.wire import error_body, error_type
 
 log = logging.getLogger("podserve.gateway")
 
@@ -128,14 +128,14 @@ Handler = Callable[[Call], Awaitable[Reply | None]]
 
 
 def _error(status: int, message: str) -> Reply:
-    return Reply(status, error_body(message, ErrorType.INVALID))
+    return Reply(status, error_body(message, error_type(status)))
 
 
 class Routes:
     """Exact paths, plus the OIP v2 model paths, which carry the model (and version) name:
-    `/v2/models/{m}`, `/v2/models/{m}/ready`, `/v2/models/{m}/infer`,
-    `/v2/models/{m}/versions/{v}/infer` (a name is one non-empty path segment), and
-    prefixes followed by a name (`/v1/models/{id}`)."""
+    `/v2/models/{m}`, `/v2/models/{m}/ready`, `/v2/models/{m}/infer`, and the same under
+    `/v2/models/{m}/versions/{v}` (a name is one non-empty path segment), and prefixes
+    followed by a name (`/v1/models/{id}`)."""
 
     def __init__(self) -> None:
         self._exact: dict[str, dict[str, Handler]] = {}
@@ -151,7 +151,8 @@ class Routes:
         self._prefixed.setdefault(prefix, {})[method] = handler
 
     def add_v2(self, method: str, shape: str, handler: Handler) -> None:
-        """`shape`: "" (metadata), "ready", "infer" or "versions/infer"."""
+        """`shape`: "" (metadata), "ready" or "infer"; "versions/" + one of them for the
+        versioned path (`params["version"]`)."""
         self._v2.setdefault(shape, {})[method] = handler
 
     def match(self, path: str) -> tuple[dict[str, Handler], dict[str, str]] | None:
@@ -170,14 +171,14 @@ class Routes:
             "model": parts[0],
             "path": "/v2/models/" + "/".join(quote(p, safe="") for p in parts),
         }
-        if len(parts) == 1:
-            shape = ""
-        elif len(parts) == 2 and parts[1] in ("ready", "infer"):
-            shape = parts[1]
-        elif len(parts) == 4 and parts[1] == "versions" and parts[3] == "infer":
-            shape = "versions/infer"
+        shape = ""
+        if len(parts) >= 3 and parts[1] == "versions":
+            shape = "versions/"
             params["version"] = parts[2]
-        else:
+            del parts[1:3]
+        if len(parts) == 2 and parts[1] in ("ready", "infer"):
+            shape += parts[1]
+        elif len(parts) != 1:
             return None
         methods = self._v2.get(shape)
         return None if methods is None else (methods, params)

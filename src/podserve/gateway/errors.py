@@ -8,7 +8,7 @@ from podserve.gateway.wire import ErrorType
 
 class GatewayError(Exception):
     status = 500
-    kind = ErrorType.UNAVAILABLE
+    kind = ErrorType.SERVER
     reason = "error"  # the podserve_gateway_rejections_total label
 
     def __init__(self, message: str, retry_after_s: int | None = None) -> None:
@@ -62,6 +62,7 @@ class OverLimit(GatewayError):
 
 class StoreDown(GatewayError):
     status = 503
+    kind = ErrorType.UNAVAILABLE
     reason = "store"
 
 
@@ -69,11 +70,13 @@ class Overloaded(GatewayError):
     """Past the gateway's own bounds on requests or body bytes in flight (inflight.py)."""
 
     status = 503
+    kind = ErrorType.UNAVAILABLE
     reason = "overloaded"
 
 
 class NoUpstream(GatewayError):
     status = 503
+    kind = ErrorType.UNAVAILABLE
     reason = "no_upstream"
 
 
@@ -81,6 +84,7 @@ class UpstreamFailed(GatewayError):
     """The upstream broke after answering (its body never arrived whole)."""
 
     status = 502
+    kind = ErrorType.UNAVAILABLE
     reason = "upstream"
 
 

@@ -133,13 +133,17 @@ class Forwarder:
     ) -> Attempted:
         """`renamed(name)`: the body with `model` as `name`, for a fallback that knows the
         model by another name (`fallbacks[].upstreamModels`); made once per name.
-        `passed`: the client's headers that describe the body (OIP's binary extension)."""
+        `passed`: the client's headers that describe the body (OIP's binary extension).
+        A hosted fallback is an OpenAI-compatible API (its base URL ends in /v1): it is a
+        target for the /v1 routes only, never for OIP v2, which goes to pools alone."""
         self._budget.on_request()
         bodies: dict[str, bytes] = {}
         verb = method.encode("ascii")
-        targets = self._router.plan(model, time.monotonic())
+        hosted = path.startswith("/v1/")
+        targets = self._router.plan(model, time.monotonic(), hosted)
         if not targets:
-            raise NoUpstream(f"no upstream can serve '{model}' now", retry_after_s=1)
+            where = "upstream" if hosted else "pool endpoint (OIP v2 goes to pools only)"
+            raise NoUpstream(f"no {where} can serve '{model}' now", retry_after_s=1)
         last: Attempted | None = None
         error = "no attempt made"
         refused: str | None = None

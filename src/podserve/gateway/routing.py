@@ -132,16 +132,28 @@ class Router:
             self.breaker(target.base_url).on_failure(now_s)
 
     # --- decision --------------------------------------------------------------------
-    def knows(self, model: str) -> bool:
-        return model in self._routes
+    def knows(self, model: str, hosted: bool = True) -> bool:
+        """Whether some upstream serves `model`; `hosted=False`: some pool (OIP v2)."""
+        routes = self._routes.get(model)
+        return routes is not None and (hosted or bool(routes.pools))
+
+    def serving(self, now_s: float) -> bool:
+        """Whether some pool pod could take a request now: its last /ready answered 200
+        and its breaker lets requests through (what `_rank` asks of a target)."""
+        return any(
+            load.ready and self.breaker(ep).allows(now_s) for ep, load in self._loads.items()
+        )
 
     def renamed(self, model: str) -> bool:
         """Whether some upstream of `model` knows it by another name."""
         routes = self._routes.get(model)
         return routes is not None and any(t.model_name for t in routes.fallbacks)
 
-    def plan(self, model: str, now_s: float) -> list[Target]:
+    def plan(self, model: str, now_s: float, hosted: bool = True) -> list[Target]:
         """Targets to try in order; empty when nothing can serve the model now.
+        `hosted=False` leaves the fallbacks out: a hosted API is OpenAI-compatible only,
+        and an OIP v2 request sent there went with the payload and the provider's key to
+        a path it does not serve (`<baseUrl>/v2/models/...`).
 
         The weighted split is kept strict: a saturated pool sends its share to the
         fallbacks (or, with none, to its own least loaded pod), never into another pool's
@@ -151,7 +163,9 @@ class Router:
         routes = self._routes.get(model)
         if routes is None:
             return []
-        fallbacks = [t for t in routes.fallbacks if self.breaker(t.base_url).allows(now_s)]
+        fallbacks = [
+            t for t in routes.fallbacks if hosted and self.breaker(t.base_url).allows(now_s)
+        ]
         chosen = self._pick_pool(routes.pools)
         if chosen is None:
             return fallbacks

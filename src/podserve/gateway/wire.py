@@ -55,6 +55,14 @@ class Billable:
 # with it, and the pod's answer to a request for binary outputs comes back with its own.
 BINARY_JSON_LENGTH = b"inference-header-content-length"
 V2_BODY_HEADERS = (b"content-type", BINARY_JSON_LENGTH)
+# A hosted fallback serves the OpenAI-compatible routes only (forward.Forwarder.send).
+NOT_IN_POOLS = "is not served by this gateway's pools (OIP v2 goes to pools only)"
+
+# The gateway's own response headers (docs/gateway.md, "Routes").
+OVERHEAD_HEADER = "x-podserve-gateway-overhead-ms"
+OVERHEAD = OVERHEAD_HEADER.encode()
+UPSTREAM = b"x-podserve-gateway-upstream"
+REQUEST_ID = b"x-request-id"
 
 
 def parse_body(raw: bytes) -> dict[str, Any]:
@@ -242,6 +250,26 @@ class ErrorType(StrEnum):
     RATE = "rate_limit_exceeded"
     BUDGET = "insufficient_quota"
     UNAVAILABLE = "service_unavailable"
+    SERVER = "server_error"  # OpenAI's own for its 500s (the pods' too: server/errors.py)
+
+
+# 429 is not here: its type depends on which limit refused (OverLimit says).
+_TYPE_OF_STATUS = {
+    401: ErrorType.AUTH,
+    403: ErrorType.PERMISSION,
+    502: ErrorType.UNAVAILABLE,
+    503: ErrorType.UNAVAILABLE,
+    504: ErrorType.UNAVAILABLE,
+}
+
+
+def error_type(status: int) -> ErrorType:
+    """The error type of a refusal known only by its status (the edge's 404, 405, 500):
+    a server fault must not read as the client's `invalid_request_error`."""
+    found = _TYPE_OF_STATUS.get(status)
+    if found is not None:
+        return found
+    return ErrorType.SERVER if status >= 500 else ErrorType.INVALID
 
 
 def error_body(message: str, kind: ErrorType, code: str | None = None) -> bytes:
