@@ -114,3 +114,31 @@ def test_ready_says_no_while_no_pool_pod_is(pods: Pods, tmp_path: Path) -> None:
     assert oip_ready.status_code == 503, oip_ready.text
     assert oip_ready.headers["retry-after"] == "1"
     assert own_ready.status_code == 200
+
+
+def test_refusals_on_oip_routes_are_oip_shaped_for_tritonclient(
+    gateway: GatewayProcess, auth: dict[str, str]
+) -> None:
+    # tritonclient reads `error` as a string: given OpenAI's object it raised TypeError
+    # (str + dict) while building its own exception, and the reason was lost.
+    client = _client(gateway)
+    try:
+        features = triton.InferInput("features", list(FEATURES.shape), "FP32")
+        features.set_data_from_numpy(FEATURES)
+        with pytest.raises(InferenceServerException) as no_key:
+            client.infer("iris", [features], headers={"authorization": "Bearer psk-wrong"})
+        assert "key" in str(no_key.value)
+        with pytest.raises(InferenceServerException) as unknown:
+            client.infer("no-such-model", [features], headers=dict(auth))
+        assert "no-such-model" in str(unknown.value)
+        with pytest.raises(InferenceServerException) as metadata:
+            client.get_model_metadata("no-such-model", headers=dict(auth))
+        assert "no-such-model" in str(metadata.value)
+    finally:
+        client.close()
+    reply = httpx.post(f"{gateway.url}/v2/models/iris/infer", content=b"{}")
+    assert reply.status_code == 401
+    assert isinstance(reply.json()["error"], str)
+    stray = httpx.get(f"{gateway.url}/v2/nowhere")
+    assert stray.status_code == 404
+    assert isinstance(stray.json()["error"], str)

@@ -57,6 +57,7 @@ from podserve.gateway.wire import (
     Endpoint,
     error_body,
     forwarded_body,
+    oip_error_body,
     request_id,
 )
 
@@ -189,7 +190,7 @@ class Gateway:
             # Past maxBodyBytes the body is refused with 413 before it is read: hold less.
             ticket = self.inflight.enter(min(length, self.config.max_body_bytes))
         except Overloaded as exc:
-            return self.refuse(exc, started)
+            return self.refuse(exc, started, endpoint is Endpoint.V2)
         try:
             reply = await self._proxy_admitted(call, endpoint, started, ticket)
         except BaseException:
@@ -234,9 +235,9 @@ class Gateway:
                 raise UnknownModel(f"model '{shown(bill.model)}' {where}")
             admission = await self.accounting.admit(key, bill, rid, deadline)
         except BadRequest as exc:
-            return self.refuse(InvalidRequest(str(exc)), started)
+            return self.refuse(InvalidRequest(str(exc)), started, endpoint is Endpoint.V2)
         except GatewayError as exc:
-            return self.refuse(exc, started)
+            return self.refuse(exc, started, endpoint is Endpoint.V2)
         renamed = None
         passed: list[Header] = []
         if endpoint is Endpoint.V2:
@@ -255,7 +256,7 @@ class Gateway:
             )
         except GatewayError as exc:
             await self._settle(admission, Usage(0, 0), Outcome.ERROR, "", exc.status)
-            return self.refuse(exc, started)
+            return self.refuse(exc, started, endpoint is Endpoint.V2)
         response = attempt.response
         is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
         if response.status == 200 and is_sse:
@@ -272,7 +273,7 @@ class Gateway:
                 else Usage(0, 0)
             )
             await self._settle(admission, usage, Outcome.ERROR, attempt.target.upstream, 502)
-            return self.refuse(upstream_failed(exc), started)
+            return self.refuse(upstream_failed(exc), started, endpoint is Endpoint.V2)
         finally:
             response.release()
         upstream_s = attempt.upstream_s
@@ -382,9 +383,10 @@ class Gateway:
             [(OVERHEAD, f"{overhead_ms:.3f}".encode())],
         )
 
-    def refuse(self, exc: GatewayError, started: float) -> Reply:
+    def refuse(self, exc: GatewayError, started: float, oip: bool = False) -> Reply:
+        """The refusal in the route's protocol: OIP's shape on /v2, else OpenAI's."""
         self.metrics.rejection(exc.reason).inc()
-        body = error_body(str(exc), exc.kind, exc.reason)
+        body = oip_error_body(str(exc)) if oip else error_body(str(exc), exc.kind, exc.reason)
         reply = self.json_reply(body, exc.status, started, exc.upstream_s)
         if exc.retry_after_s is not None:
             reply.headers.append((b"retry-after", str(exc.retry_after_s).encode()))

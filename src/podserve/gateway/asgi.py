@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import quote
 
 from podserve.gateway.errors import BodyTooLarge
-from podserve.gateway.wire import error_body, error_type
+from podserve.gateway.wire import error_body, error_type, is_oip, oip_error_body
 
 log = logging.getLogger("podserve.gateway")
 
@@ -127,7 +127,9 @@ class Reply:
 Handler = Callable[[Call], Awaitable[Reply | None]]
 
 
-def _error(status: int, message: str) -> Reply:
+def _error(status: int, message: str, path: str = "") -> Reply:
+    if is_oip(path):
+        return Reply(status, oip_error_body(message))
     return Reply(status, error_body(message, error_type(status)))
 
 
@@ -201,8 +203,8 @@ class App:
         # that every response carries it; handlers stamp their own replies.
         self._overhead_header = overhead_header
 
-    def _refusal(self, status: int, message: str, started: float) -> Reply:
-        reply = _error(status, message)
+    def _refusal(self, status: int, message: str, started: float, path: str = "") -> Reply:
+        reply = _error(status, message, path)
         if self._overhead_header is not None:
             elapsed_ms = (time.perf_counter() - started) * 1000
             reply.headers.append((self._overhead_header, f"{elapsed_ms:.3f}".encode()))
@@ -219,12 +221,16 @@ class App:
         started = time.perf_counter()
         matched = self._routes.match(scope["path"])
         if matched is None:
-            await self._refusal(404, f"no route {scope['path']}", started).send_to(send)
+            await self._refusal(404, f"no route {scope['path']}", started, scope["path"]).send_to(
+                send
+            )
             return
         methods, params = matched
         handler = methods.get(scope["method"])
         if handler is None:
-            refusal = self._refusal(405, f"method {scope['method']} not allowed here", started)
+            refusal = self._refusal(
+                405, f"method {scope['method']} not allowed here", started, scope["path"]
+            )
             refusal.headers.append((b"allow", ", ".join(sorted(methods)).encode()))
             await refusal.send_to(send)
             return
@@ -248,7 +254,9 @@ class App:
             # start with RuntimeError (uvicorn/protocols/http/httptools_impl.py, send) and
             # closes the connection, which is all that is left to do.
             with contextlib.suppress(RuntimeError):
-                await self._refusal(500, "internal gateway error", started).send_to(send)
+                await self._refusal(500, "internal gateway error", started, scope["path"]).send_to(
+                    send
+                )
         finally:
             if reply is not None and reply.done is not None:
                 reply.done()

@@ -84,13 +84,13 @@ class OipRoutes:
                 raise UnknownModel(f"model '{shown(model)}' {NOT_IN_POOLS}")
             attempt = await gateway.forwarder.send(model, call.path, b"", rid, method="GET")
         except GatewayError as exc:
-            return gateway.refuse(exc, started)
+            return gateway.refuse(exc, started, oip=True)
         response = attempt.response
         try:
             content = await response.read(gateway.config.max_response_bytes)
         except (*UPSTREAM_ERRORS, ResponseTooLarge) as exc:
             gateway.forwarder.finished(attempt, False)
-            return gateway.refuse(upstream_failed(exc), started)
+            return gateway.refuse(upstream_failed(exc), started, oip=True)
         finally:
             response.release()
         gateway.forwarder.finished(attempt, response.status < 500)

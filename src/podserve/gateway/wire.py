@@ -279,6 +279,16 @@ def error_body(message: str, kind: ErrorType, code: str | None = None) -> bytes:
     )
 
 
+def oip_error_body(message: str) -> bytes:
+    """OIP's (and the pods'): {"error": "<message>"}. tritonclient reads `error` as a
+    string; given OpenAI's object it could not even print its exception (str + dict)."""
+    return orjson.dumps({"error": message})
+
+
+def is_oip(path: str) -> bool:
+    return path.startswith("/v2")
+
+
 def request_id(given: str | None) -> str:
     """The client's x-request-id when the pods would take it too (core.ids), and ASCII:
     the gateway forwards it upstream as a header and writes it to the ledger."""
