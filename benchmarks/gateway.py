@@ -1275,6 +1275,7 @@ def phase_retries(work: Path, requests: int) -> dict[str, Any]:
     with redis_server() as (redis_url, redis_proc), postgres_server() as dsn:
         config = _shared_config(redis_url, dsn, [p.url])
         config["pools"][0]["models"] = ["iris"]
+        config["prices"] = {}  # a price for a model no upstream serves is refused
         config.pop("storeTimeoutMs")  # the default deadline (40 ms)
         gw = Gateway(config, work, "closed").start()
         try:

@@ -30,6 +30,8 @@ class GatewayProcess(ServerProcess):
 
     def __init__(self, config: dict[str, Any], workdir: Path, env: dict[str, str] | None = None):
         super().__init__(env=env)
+        # base_config's hosted fallback names it; a gateway refuses to start without it
+        self.env.setdefault("HOSTED_API_KEY", "sk-test")
         # The pods are on loopback: a proxy in the machine's environment (a CI runner's)
         # would get their traffic. Only a test's own proxy settings reach the gateway.
         for name in PROXY_ENV:

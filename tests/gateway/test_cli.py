@@ -110,14 +110,25 @@ def test_a_key_with_a_monthly_budget(config: Path, capsys: pytest.CaptureFixture
         (["--team", "search@2026-12"], "--team"),
         (["--namespace", "a{b}"], "--namespace"),
         (["--team", ""], "--team"),
+        # past 2**63 the store raised OverflowError: a traceback, exit 1
+        (["--rpm", "100000000000000000000"], "--rpm must be from 1 to 2147483647"),
+        (["--tpm", "9223372036854775808"], "--tpm must be from 1 to 2147483647"),
+        # nan made a key that never expired; -1 and 0 one expired at birth; 1e308 days,
+        # an infinite expiry that `keys list --format json` printed as `Infinity`
+        (["--expires-in-days", "nan"], "--expires-in-days"),
+        (["--expires-in-days", "inf"], "--expires-in-days"),
+        (["--expires-in-days", "-1"], "--expires-in-days"),
+        (["--expires-in-days", "0"], "--expires-in-days"),
+        (["--expires-in-days", "1e308"], "--expires-in-days"),
     ],
 )
 def test_bad_key_flags_exit_2(
     config: Path, capsys: pytest.CaptureFixture[str], flags: list[str], needle: str
 ) -> None:
-    code, _, err = _run(capsys, "gateway", "keys", "create", "--config", str(config), *flags)
+    code, out, err = _run(capsys, "gateway", "keys", "create", "--config", str(config), *flags)
     assert code == 2
     assert needle in err
+    assert "psk-" not in out  # no key was made
 
 
 @pytest.mark.parametrize("grace", ["-1", "nan", "inf", "soon"])
@@ -182,3 +193,186 @@ def test_spend_on_an_empty_ledger(config: Path, capsys: pytest.CaptureFixture[st
     )
     assert code == 0
     assert json.loads(out) == []
+
+
+def test_keys_list_shows_expiry_limits_and_models(
+    config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The text listing called an expired key `active` and showed none of models, rpm,
+    tpm or expiry; the JSON rows keep their keys."""
+    import asyncio
+    import time
+
+    from podserve.gateway.keys import KeyRecord, key_id_of, new_key
+    from podserve.gateway.store.sqlite import SqliteStore
+
+    now = time.time()
+    records = []
+    for team, expires_at in (("lapsed", now - 3600), ("current", now + 30 * 86_400)):
+        _, digest = new_key()
+        records.append(
+            KeyRecord(
+                key_id_of(digest), digest, team, "ns", ("tiny-lm",), None, 7, 900,
+                expires_at, False, now,
+            )
+        )  # fmt: skip
+
+    async def store_keys() -> None:
+        store = SqliteStore(config.parent / "gw.db")
+        for record in records:
+            await store.create_key(record)
+        await store.close()
+
+    asyncio.run(store_keys())
+    code, out, _ = _run(capsys, "gateway", "keys", "list", "--config", str(config))
+    assert code == 0
+    header, *lines = out.splitlines()
+    assert header.split() == [
+        "KEY", "ID", "TEAM", "NAMESPACE", "BUDGET", "USD", "PERIOD", "RPM", "TPM", "EXPIRES",
+        "(UTC)", "STATUS", "MODELS",
+    ]  # fmt: skip
+    rows = {line.split()[1]: line.split() for line in lines}
+    lapsed = time.strftime("%Y-%m-%d %H:%M", time.gmtime(now - 3600)).split()
+    assert rows["lapsed"][-7:] == ["lifetime", "7", "900", *lapsed, "expired", "tiny-lm"]
+    assert rows["current"][-2:] == ["active", "tiny-lm"]
+    code, out, _ = _run(
+        capsys, "gateway", "keys", "list", "--config", str(config), "--format", "json"
+    )
+    assert code == 0
+    assert {tuple(sorted(row)) for row in json.loads(out)} == {
+        (
+            "budget_period", "budget_usd", "expires_at", "key_id", "models", "namespace",
+            "revoked", "rpm", "team", "tpm",
+        )
+    }  # fmt: skip
+
+
+_UNSET = "PODSERVE_TEST_UNSET_VARIABLE"
+
+
+def _store_config(tmp_path: Path, store: str) -> Path:
+    path = tmp_path / "gateway.yaml"
+    path.write_text(f"store: {store}\npools: [{{name: a, models: [m], endpoints: ['http://x']}}]\n")
+    return path
+
+
+_BAD_STORES = [
+    # a traceback each, exit 1: sqlite3's "unable to open database file"; redis-py's
+    # ValueError; "the Redis URL or PostgreSQL DSN env var is not set", naming neither
+    ("{kind: sqlite, path: /nonexistent/dir/gw.db}", "the directory /nonexistent/dir"),
+    (
+        f"{{kind: redis-postgres, redisEnv: {_UNSET}, postgres: 'postgresql://p/db'}}",
+        f"store.redisEnv: the environment variable {_UNSET} is not set",
+    ),
+    (
+        f"{{kind: redis-postgres, redis: 'redis://r:6379/0', postgresEnv: {_UNSET}}}",
+        f"store.postgresEnv: the environment variable {_UNSET} is not set",
+    ),
+    (
+        "{kind: redis-postgres, redis: 'r:6379', postgres: 'postgresql://p/db'}",
+        "the Redis URL must start with redis://",
+    ),
+]
+
+
+@pytest.mark.parametrize(("store", "needle"), _BAD_STORES)
+def test_a_store_setting_that_cannot_work_exits_2_from_the_keys_commands(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    store: str,
+    needle: str,
+) -> None:
+    monkeypatch.delenv(_UNSET, raising=False)
+    config = _store_config(tmp_path, store)
+    code, _, err = _run(capsys, "gateway", "keys", "list", "--config", str(config))
+    assert (code, err.count("\n")) == (2, 1)
+    assert needle in err
+
+
+def _serve(config: Path, env: dict[str, str]) -> tuple[int | None, str]:
+    """Start the real `podserve gateway`: (its exit code, stderr), or (None, stderr so far)
+    when it started serving instead (it is stopped then)."""
+    import os
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "podserve.cli.main", "gateway", "--config", str(config)]
+    cmd += ["--host", "127.0.0.1", "--port", "0"]
+    environ = {k: v for k, v in os.environ.items() if k != _UNSET} | env
+    with subprocess.Popen(
+        cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=environ
+    ) as proc:
+        assert proc.stderr is not None
+        seen = []
+        for line in proc.stderr:
+            seen.append(line)
+            if "podserve gateway listening" in line:
+                proc.kill()
+                return None, "".join(seen)
+        return proc.wait(timeout=60), "".join(seen)
+
+
+@pytest.mark.parametrize(("store", "needle"), _BAD_STORES)
+def test_a_store_setting_that_cannot_work_stops_the_gateway_at_start(
+    tmp_path: Path, store: str, needle: str
+) -> None:
+    code, err = _serve(_store_config(tmp_path, store), {})
+    assert code == 2, err
+    assert needle in err
+    assert "Traceback" not in err
+
+
+def _hosted_config(tmp_path: Path, **price: str) -> Path:
+    path = tmp_path / "gateway.yaml"
+    fallback = f"{{name: hosted, baseUrl: 'http://127.0.0.1:9/v1', apiKeyEnv: {_UNSET}, "
+    path.write_text(
+        f"store: {{kind: sqlite, path: {tmp_path / 'gw.db'}}}\n"
+        f"fallbacks: [{fallback}models: [tiny-lm]}}]\n"
+        f"prices: {{tiny-lm: {json.dumps({'gpuHourUsd': 1, 'tokensPerSecond': 1, **price})}}}\n"
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("key", "needle"),
+    [
+        # started with a warning, then sent every request with no Authorization header
+        (None, f"the environment variable {_UNSET} is not set: requests to hosted"),
+        ("", f"the environment variable {_UNSET} is not set"),
+        # a Secret made from a file with its newline: every request was a 500
+        ("sk-abc\n", f"the environment variable {_UNSET} holds a control character"),
+        ("sk-abc\r\nX-Injected: 1", f"the environment variable {_UNSET} holds a control"),
+        # UnicodeEncodeError in the forwarder: a traceback
+        ("sk-ключ", f"the environment variable {_UNSET} holds a character outside"),
+    ],
+)
+def test_a_fallback_api_key_no_request_can_carry_stops_the_gateway_at_start(
+    tmp_path: Path, key: str | None, needle: str
+) -> None:
+    env = {} if key is None else {_UNSET: key}
+    code, err = _serve(_hosted_config(tmp_path), env)
+    assert code == 2, err
+    assert f"fallbacks[hosted].apiKeyEnv: {needle}" in err
+    if key:
+        assert key.strip() not in err  # never the key itself
+
+
+def test_a_tokenizer_that_cannot_load_stops_the_gateway_at_start(tmp_path: Path) -> None:
+    """It was loaded at the model's first request: the gateway started, then answered
+    every request for the model with a 500."""
+    missing = tmp_path / "nowhere" / "tokenizer.json"
+    config = _hosted_config(tmp_path, tokenizer=str(missing))
+    code, err = _serve(config, {_UNSET: "sk-test"})
+    assert code == 2, err
+    assert f"prices.tiny-lm.tokenizer: cannot load {missing}" in err
+    # `keys` and `spend` need no tokenizer (nor the hosted key): they still work
+    assert main(["gateway", "spend", "--config", str(config), "--by", "team"]) == 0
+
+
+def test_a_gateway_with_everything_it_needs_starts(tmp_path: Path) -> None:
+    from tests.gateway.support import TINY_LM
+
+    config = _hosted_config(tmp_path, tokenizer=str(TINY_LM / "tokenizer.json"))
+    code, err = _serve(config, {_UNSET: "sk-test"})
+    assert code is None, err

@@ -278,7 +278,7 @@ def test_raw_http_gets_a_json_4xx(gateway: GW, key: str, raw: bytes, status: int
     got, content_type, body = exchange(gateway, raw)
     assert got == status, body[:300]
     assert content_type.startswith("application/json"), body[:300]
-    error_of(got, body)
+    error_of(got, body, oip=raw.split(b" ", 2)[1].startswith(b"/v2"))
     # every response carries the overhead header (docs/gateway.md), refusals of the
     # HTTP itself too: they had none
     assert float(head_fields(gateway, raw)["x-podserve-gateway-overhead-ms"]) >= 0

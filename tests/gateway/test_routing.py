@@ -292,11 +292,9 @@ def test_oip_is_never_sent_to_a_hosted_fallback(pods: Pods, tmp_path: Path) -> N
     for reply in refused:
         assert reply.status_code == 503, reply.text
         assert reply.headers["retry-after"] == "1"
-        error = reply.json()["error"]
-        assert (error["type"], error["code"]) == ("service_unavailable", "no_upstream")
-        assert "pools only" in error["message"]
+        assert "pools only" in reply.json()["error"]  # OIP's shape: {"error": "..."}
     assert pool_less.status_code == 404, pool_less.text
-    assert "pools only" in pool_less.json()["error"]["message"]
+    assert "pools only" in pool_less.json()["error"]
     assert completion.status_code == 200, completion.text
     assert completion.headers["x-podserve-gateway-upstream"] == "hosted"
     assert _HostedAnything.seen == [("/v1/completions", "Bearer sk-test")]

@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 # BudgetPeriod's values, spelled here so that `--help` does not import the config module.
 _PERIODS = ("lifetime", "daily", "weekly", "monthly")
+# A key's lifetime at most: 1e308 days made its expiry infinite (never), and `keys list
+# --format json` then printed `Infinity`, which is not JSON.
+MAX_EXPIRES_IN_DAYS = 36_525
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -51,7 +54,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     create.add_argument("--rpm", type=int, help="requests per minute")
     create.add_argument("--tpm", type=int, help="tokens per minute")
     create.add_argument("--models", help="comma-separated models it may use (default: all)")
-    create.add_argument("--expires-in-days", type=float, help="expire after this many days")
+    create.add_argument(
+        "--expires-in-days",
+        type=float,
+        help=f"expire after this many days (more than 0, at most {MAX_EXPIRES_IN_DAYS})",
+    )
     create.set_defaults(run=_keys_create)
     listing = keys_sub.add_parser("list", help="list keys (ids, never the keys)")
     _config_arg(listing)
@@ -115,11 +122,23 @@ def _load(args: argparse.Namespace) -> GatewayConfig | None:
         return None
 
 
+def _problems(found: list[str]) -> bool:
+    """Print each problem found before starting; whether there was any (then exit 2)."""
+    for problem in found:
+        print(f"podserve gateway: {problem}", file=sys.stderr)
+    return bool(found)
+
+
 def _with_store(config: GatewayConfig, work: Any) -> int:
-    """Open the store, run `work(store)`, close it; a store error is exit code 3."""
+    """Open the store, run `work(store)`, close it; a store setting that cannot work is
+    exit code 2, a store error exit code 3."""
+    from podserve.cli.gateway_checks import store_problems
     from podserve.gateway.errors import GatewayError
     from podserve.gateway.store.base import StoreUnavailable
     from podserve.gateway.stores import open_store
+
+    if _problems(store_problems(config, os.environ)):
+        return 2
 
     async def main() -> int:
         store = open_store(config, os.environ)
@@ -144,8 +163,11 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from podserve.cli.gateway_checks import serving_problems
     from podserve.config.egress_proxy import ProxySettings
+    from podserve.gateway.errors import GatewayError
     from podserve.gateway.runner import serve_gateway
+    from podserve.gateway.store.base import StoreUnavailable
     from podserve.obs.logging import configure_logging
 
     config = _load(args)
@@ -156,8 +178,19 @@ def _serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"podserve gateway: {exc}", file=sys.stderr)
         return 2
+    # Only serving checks API keys and loads tokenizers: `keys` and `spend` need neither.
+    if _problems(serving_problems(config, os.environ)):
+        return 2
     configure_logging(args.log_format)
     serving = serve_gateway(config, args.host, args.port, os.environ, proxies)
+    try:
+        return _serve_loop(serving)
+    except (StoreUnavailable, GatewayError) as exc:  # the store failed to open
+        print(f"podserve gateway: store: {exc}", file=sys.stderr)
+        return 2
+
+
+def _serve_loop(serving: Coroutine[Any, Any, int]) -> int:
     try:
         import uvloop
     except ImportError:  # uvloop is optional; asyncio works, slower
@@ -166,9 +199,15 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _keys_create(args: argparse.Namespace) -> int:
+    import math
     import time
 
-    from podserve.config.gateway_config import MAX_BUDGET_USD, BudgetPeriod, scope_name_error
+    from podserve.config.gateway_config import BudgetPeriod
+    from podserve.config.gateway_fields import (
+        MAX_BUDGET_USD,
+        MAX_RATE_PER_MINUTE,
+        scope_name_error,
+    )
     from podserve.gateway.keys import KeyRecord, key_id_of, new_key
     from podserve.gateway.money import usd_to_micro
 
@@ -195,9 +234,22 @@ def _keys_create(args: argparse.Namespace) -> int:
             return 2
     for flag in ("rpm", "tpm"):
         value = getattr(args, flag)
-        if value is not None and value < 1:
-            print(f"podserve gateway keys: --{flag} must be >= 1", file=sys.stderr)
+        if value is not None and not 1 <= value <= MAX_RATE_PER_MINUTE:
+            # past 2**63 the store raised OverflowError (a traceback)
+            print(
+                f"podserve gateway keys: --{flag} must be from 1 to {MAX_RATE_PER_MINUTE}",
+                file=sys.stderr,
+            )
             return 2
+    days = args.expires_in_days
+    if days is not None and not (math.isfinite(days) and 0 < days <= MAX_EXPIRES_IN_DAYS):
+        # nan made a key that never expired; 0 and less, one expired at birth
+        print(
+            "podserve gateway keys: --expires-in-days must be a number of days more than 0, "
+            f"at most {MAX_EXPIRES_IN_DAYS}",
+            file=sys.stderr,
+        )
+        return 2
     models = tuple(m.strip() for m in (args.models or "").split(",") if m.strip())
     if args.models is not None and not models:
         # An empty list means every model: a `--models ","` meant to restrict must not.
@@ -209,7 +261,7 @@ def _keys_create(args: argparse.Namespace) -> int:
         return 2
     key, digest = new_key()
     now = time.time()
-    expires = None if args.expires_in_days is None else now + args.expires_in_days * 86400
+    expires = None if days is None else now + days * 86400
     record = KeyRecord(
         key_id=key_id_of(digest),
         key_hash=digest,
@@ -239,6 +291,9 @@ def _keys_create(args: argparse.Namespace) -> int:
 
 def _keys_list(args: argparse.Namespace) -> int:
     import json
+    import time
+
+    from podserve.cli.gateway_keys_list import key_rows, key_table
 
     config = _load(args)
     if config is None:
@@ -246,32 +301,10 @@ def _keys_list(args: argparse.Namespace) -> int:
 
     async def work(store: Store) -> int:
         records = await store.list_keys()
-        rows = [
-            {
-                "key_id": r.key_id,
-                "team": r.team,
-                "namespace": r.namespace,
-                "models": list(r.models),
-                "budget_usd": None if r.budget_micro is None else r.budget_micro / 1e6,
-                "budget_period": r.budget_period.value,
-                "rpm": r.rpm,
-                "tpm": r.tpm,
-                "expires_at": r.expires_at,
-                "revoked": r.revoked,
-            }
-            for r in records
-        ]
         if args.format == "json":
-            print(json.dumps(rows, indent=2))
+            print(json.dumps(key_rows(records), indent=2))
             return 0
-        print(f"{'KEY ID':<14}{'TEAM':<16}{'NAMESPACE':<16}{'BUDGET USD':>12}  PERIOD    STATUS")
-        for row in rows:
-            budget = "-" if row["budget_usd"] is None else f"{row['budget_usd']:.6f}"
-            status = "revoked" if row["revoked"] else "active"
-            print(
-                f"{row['key_id']:<14}{row['team']:<16}{row['namespace']:<16}{budget:>12}  "
-                f"{row['budget_period']:<10}{status}"
-            )
+        print("\n".join(key_table(records, time.time())))
         return 0
 
     return _with_store(config, work)

@@ -7,54 +7,49 @@ contract and are tested as written (tests/gateway/test_config.py).
 
 from __future__ import annotations
 
-import re
 from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated, Literal
-from urllib.parse import urlsplit
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    Field,
+    ValidationError,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
+from pydantic_core import ErrorDetails
 
+from podserve.config.gateway_fields import (
+    MAX_BUDGET_USD,
+    MAX_OUTPUT_TOKENS,
+    MAX_PRICE_PER_MILLION_USD,
+    MAX_RATE_PER_MINUTE,
+    NAME,
+    Bool,
+    Float,
+    HttpUrl,
+    Int,
+    Models,
+    PodUrl,
+    Section,
+    scope_name_error,
+)
 from podserve.core.errors import InvalidInput
 
-_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
-
-def _http_url(url: str) -> str:
-    """An upstream's URL, checked here so a typo fails at load, not as every request's 503."""
-    parts = urlsplit(url)
-    try:
-        parts.port  # noqa: B018 (parses the port, raising on a bad one)
-    except ValueError as exc:
-        raise ValueError(f"{url!r}: {exc}") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{url!r} is not an http:// or https:// URL with a host")
-    return url
-
-
-HttpUrl = Annotated[str, AfterValidator(_http_url)]
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
-    )
-
-
-class SqliteStore(_Section):
+class SqliteStore(Section):
     kind: Literal["sqlite"]
     path: str = Field("gateway.db", description="SQLite file (one gateway replica only).")
 
 
-class RedisPostgresStore(_Section):
+class RedisPostgresStore(Section):
     kind: Literal["redis-postgres"]
     redis: str | None = Field(None, description="Redis URL for reservations and counters.")
     postgres: str | None = Field(None, description="PostgreSQL DSN for keys and the ledger.")
     redis_env: str | None = Field(None, description="Env var holding the Redis URL instead.")
     postgres_env: str | None = Field(None, description="Env var holding the DSN instead.")
-    redis_cluster: bool = Field(
+    redis_cluster: Bool = Field(
         False,
         description="The Redis URL is a Redis Cluster (e.g. a managed cluster-mode Redis): "
         "every gateway key then carries the `{gw}` hash tag, so each script's keys share one "
@@ -73,41 +68,7 @@ class RedisPostgresStore(_Section):
 StoreConfig = Annotated[SqliteStore | RedisPostgresStore, Field(discriminator="kind")]
 
 
-# The output cap the gateway reserves for and forwards at most (gateway/wire.py). No model
-# generates this many tokens in one response (the largest output limits today are ~128k
-# tokens), so a larger `max_tokens` (some clients send 2**31 - 1 for "no limit") is
-# forwarded as this. It keeps every hold an exact integer in the stores: SQLite's INTEGER
-# is 64-bit and Redis scripts compute in doubles (exact below 2**53); before this bound,
-# `n` of 10**19 or `max_tokens` of 2**62 made SQLite raise OverflowError (a 500).
-MAX_OUTPUT_TOKENS = 1 << 20
-
-# Far above any model's list price (the dearest output tokens today are hundreds of USD a
-# million), and low enough that the largest hold the gateway makes (16 MiB of prompt and
-# 128 choices of 2**20 tokens) stays below 2**53 nano-dollars: exact in the Redis scripts'
-# doubles and in SQLite's 64-bit integers.
-MAX_PRICE_PER_MILLION_USD = 10_000
-
-# A budget past a billion USD is a typo, and one past 2**53 micro-dollars (9e9 USD) is not
-# exact in the Redis scripts' doubles; `--budget-usd 1e30` made SQLite raise OverflowError.
-MAX_BUDGET_USD = 1_000_000_000
-
-# Team and namespace names become parts of budget and limit scope names: `team:<name>`,
-# and `team:<name>@<period>` for a periodic budget, so a team named `search@2026-12` shared
-# team `search`'s December budget; `{`/`}` would pick a Redis Cluster hash slot.
-_SCOPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-
-
-def scope_name_error(kind: str, name: str) -> str | None:
-    """Why `name` cannot name a team or namespace, or None when it can."""
-    if _SCOPE_NAME.fullmatch(name):
-        return None
-    return (
-        f"{kind} name {name[:64]!r} must be 1-128 letters, digits, '.', '_' or '-', "
-        "starting with a letter or digit"
-    )
-
-
-class Price(_Section):
+class Price(Section):
     input_per_million_usd: Decimal | None = Field(None, ge=0, description="USD per 1M input.")
     output_per_million_usd: Decimal | None = Field(None, ge=0, description="USD per 1M output.")
     gpu_hour_usd: Decimal | None = Field(
@@ -119,7 +80,7 @@ class Price(_Section):
     tokenizer: str | None = Field(
         None, description="tokenizer.json of the model: exact prompt counts (else a bound)."
     )
-    media_part_tokens: int | None = Field(
+    media_part_tokens: Int | None = Field(
         None,
         ge=1,
         le=MAX_OUTPUT_TOKENS,
@@ -167,22 +128,24 @@ _UPSTREAM_PRICES = (
 )
 
 
-class Pool(_Section):
-    name: str = Field(pattern=_NAME, description="Pool name (the `upstream` metric label).")
-    models: list[str] = Field(min_length=1, description="Models this pool serves.")
-    endpoints: list[HttpUrl] = Field(min_length=1, description="Base URLs of the pods.")
-    weight: int = Field(100, ge=0, description="Share among pools serving the same model.")
-    max_waiting: float = Field(
+class Pool(Section):
+    name: str = Field(pattern=NAME, description="Pool name (the `upstream` metric label).")
+    models: Models = Field(min_length=1, description="Models this pool serves (each once).")
+    endpoints: list[PodUrl] = Field(
+        min_length=1, description="Base URLs of the pods: scheme://host:port, no path."
+    )
+    weight: Int = Field(100, ge=0, description="Share among pools serving the same model.")
+    max_waiting: Float = Field(
         16.0, gt=0, description="A pod with more waiting requests than this is saturated."
     )
     prices: dict[str, Price] = Field(default_factory=dict, description=_UPSTREAM_PRICES)
 
 
-class Fallback(_Section):
-    name: str = Field(pattern=_NAME, description="Upstream name (the metric label).")
+class Fallback(Section):
+    name: str = Field(pattern=NAME, description="Upstream name (the metric label).")
     base_url: HttpUrl = Field(description="OpenAI-compatible base URL, ending in /v1.")
     api_key_env: str | None = Field(None, description="Env var holding the API key.")
-    models: list[str] = Field(min_length=1, description="Models it may serve.")
+    models: Models = Field(min_length=1, description="Models it may serve (each once).")
     upstream_models: dict[str, str] = Field(
         default_factory=dict,
         description="The name this API knows a model by, where it is not the gateway's "
@@ -202,8 +165,8 @@ class OnBudgetShort(StrEnum):
     CLAMP = "clamp"
 
 
-class Defaults(_Section):
-    max_tokens: int = Field(
+class Defaults(Section):
+    max_tokens: Int = Field(
         256,
         ge=1,
         le=MAX_OUTPUT_TOKENS,
@@ -213,13 +176,13 @@ class Defaults(_Section):
         OnBudgetShort.REJECT,
         description="`reject` (429) or `clamp` max_tokens to what the budget still covers.",
     )
-    budget_wait_s: float = Field(
+    budget_wait_s: Float = Field(
         10.0,
         ge=0,
         description="A request that does not fit only because of other outstanding "
         "reservations waits up to this long for them to settle before its 429 (0: no wait).",
     )
-    lease_s: float = Field(
+    lease_s: Float = Field(
         600.0, gt=0, description="A reservation not settled by then is charged in full."
     )
 
@@ -234,7 +197,7 @@ class BudgetPeriod(StrEnum):
     MONTHLY = "monthly"
 
 
-class ScopeLimits(_Section):
+class ScopeLimits(Section):
     budget_usd: Decimal | None = Field(
         None, ge=0, le=MAX_BUDGET_USD, description="Hard budget, USD."
     )
@@ -243,8 +206,10 @@ class ScopeLimits(_Section):
         description="`lifetime` (default), or the budget starts again every UTC `daily`, "
         "ISO `weekly` (Monday) or calendar `monthly` period.",
     )
-    rpm: int | None = Field(None, ge=1, description="Requests per minute.")
-    tpm: int | None = Field(None, ge=1, description="Tokens (prompt + output) per minute.")
+    rpm: Int | None = Field(None, ge=1, le=MAX_RATE_PER_MINUTE, description="Requests per minute.")
+    tpm: Int | None = Field(
+        None, ge=1, le=MAX_RATE_PER_MINUTE, description="Tokens (prompt + output) per minute."
+    )
 
 
 class RoutingPolicy(StrEnum):
@@ -252,40 +217,40 @@ class RoutingPolicy(StrEnum):
     ROUND_ROBIN = "round-robin"  # ignores load: the baseline the benchmark compares with
 
 
-class Routing(_Section):
+class Routing(Section):
     policy: RoutingPolicy = Field(
         RoutingPolicy.LEAST_LOADED, description="`least-loaded` (default) or `round-robin`."
     )
-    scrape_interval_ms: int = Field(100, ge=10, description="Pod /metrics and /ready poll.")
-    retry_budget_ratio: float = Field(
+    scrape_interval_ms: Int = Field(100, ge=10, description="Pod /metrics and /ready poll.")
+    retry_budget_ratio: Float = Field(
         0.2, ge=0, le=1, description="Retries allowed per request (Finagle's RetryBudget)."
     )
-    breaker_failures: int = Field(5, ge=1, description="Consecutive failures that open.")
-    breaker_open_s: float = Field(10.0, gt=0, description="Open this long, then one probe.")
-    connect_timeout_s: float = Field(2.0, gt=0, description="Upstream connect timeout.")
-    read_timeout_s: float = Field(300.0, gt=0, description="Upstream read timeout.")
+    breaker_failures: Int = Field(5, ge=1, description="Consecutive failures that open.")
+    breaker_open_s: Float = Field(10.0, gt=0, description="Open this long, then one probe.")
+    connect_timeout_s: Float = Field(2.0, gt=0, description="Upstream connect timeout.")
+    read_timeout_s: Float = Field(300.0, gt=0, description="Upstream read timeout.")
 
 
-class FailOpen(_Section):
-    enabled: bool = Field(False, description="Serve while the store is down (opt-in).")
-    replicas: int = Field(
+class FailOpen(Section):
+    enabled: Bool = Field(False, description="Serve while the store is down (opt-in).")
+    replicas: Int = Field(
         1, ge=1, description="Gateway replicas: each may spend at most budget ÷ replicas."
     )
 
 
-class StoreBreaker(_Section):
+class StoreBreaker(Section):
     """When a networked store is taken for down (gateway/store_calls.py)."""
 
-    failures: int = Field(
+    failures: Int = Field(
         3, ge=1, le=1000, description="Store calls failing in a row that take it for down."
     )
-    open_s: float = Field(
+    open_s: Float = Field(
         1.0,
         gt=0,
         le=60,
         description="Seconds admission calls are refused without a call, before one probe.",
     )
-    min_span_s: float = Field(
+    min_span_s: Float = Field(
         0.25,
         ge=0,
         le=60,
@@ -296,7 +261,7 @@ class StoreBreaker(_Section):
     )
 
 
-class GatewayConfig(_Section):
+class GatewayConfig(Section):
     store: StoreConfig = Field(
         default_factory=lambda: SqliteStore(kind="sqlite"),
         description="`{kind: sqlite, path}` or `{kind: redis-postgres, redis, postgres}`.",
@@ -312,58 +277,58 @@ class GatewayConfig(_Section):
     routing: Routing = Field(default_factory=lambda: Routing())
     fail_open: FailOpen = Field(default_factory=lambda: FailOpen())
     store_breaker: StoreBreaker = Field(default_factory=lambda: StoreBreaker())
-    store_timeout_ms: int = Field(
+    store_timeout_ms: Int = Field(
         40,
         ge=1,
         description="A store call slower than this fails closed (503): with the default, a "
         "hung store is answered within 50 ms; a refused connection fails at once.",
     )
-    max_body_bytes: int = Field(
+    max_body_bytes: Int = Field(
         16 * 1024 * 1024, ge=1024, description="Larger request bodies are refused (413)."
     )
-    max_response_bytes: int = Field(
+    max_response_bytes: Int = Field(
         256 * 1024 * 1024,
         ge=1024,
         description="A non-streamed upstream response larger than this is not held: 502, "
         "charged its reservation (the upstream did the work; its usage was not read).",
     )
-    max_in_flight: int = Field(
+    max_in_flight: Int = Field(
         2048,
         ge=1,
         description="Proxied requests held at once (streams included); more are refused "
         "with 503 + Retry-After before their body is read.",
     )
-    max_body_bytes_in_flight: int = Field(
+    max_body_bytes_in_flight: Int = Field(
         256 * 1024 * 1024,
         ge=1024,
         description="Request-body bytes held at once by the proxied requests; a request "
         "that would pass it is refused with 503 + Retry-After. At least maxBodyBytes.",
     )
-    key_cache_s: float = Field(
+    key_cache_s: Float = Field(
         1.0, ge=0, description="Keys are cached this long: revocation takes effect within."
     )
     # Connection bounds, as the pod's (httpedge/limits.py; the same defaults: nginx's
     # large_client_header_buffers and client_header_timeout): plain uvicorn keeps a
     # connection that never completes its headers open for ever, and reads headers of any
     # size.
-    max_connections: int = Field(
+    max_connections: Int = Field(
         4096,
         ge=1,
         description="Open client connections at most; one more is answered 503 (JSON, "
         "Retry-After) and closed before anything is read from it.",
     )
-    max_header_bytes: int = Field(
+    max_header_bytes: Int = Field(
         32 * 1024,
         ge=1024,
         description="Largest request line plus headers; more is answered 431 and closed.",
     )
-    body_timeout_s: float = Field(
+    body_timeout_s: Float = Field(
         30.0,
         gt=0,
         description="Time a request's whole body has to arrive after its headers; then 408 "
         "and the connection closed (16 MiB in 30 s is 0.55 MB/s).",
     )
-    header_timeout_s: float = Field(
+    header_timeout_s: Float = Field(
         10.0,
         gt=0,
         description="Time a client has to send a request's complete headers; then 408 "
@@ -420,6 +385,37 @@ class GatewayConfig(_Section):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _prices_served(self) -> GatewayConfig:
+        # A price for a model nothing serves is a typo (`tiny_lm` for `tiny-lm`), and the
+        # served model was then free: no budget ever bit. A config with no upstream at all
+        # routes nothing, so nothing can go unbilled: the accounting tests price models
+        # that way (prices.price_table holds such a model at its own price).
+        stray = sorted(set(self.prices) - set(self.models()))
+        if stray and (self.pools or self.fallbacks):
+            raise ValueError(
+                f"prices: no pool or fallback serves {', '.join(stray)} (a misspelt model "
+                "would leave the served one free)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _routable(self) -> GatewayConfig:
+        # Weight 0 is "only as overflow" (routing.Router._pick_pool): with nothing else to
+        # overflow from, every request for the model was a 503.
+        hosted = {m for f in self.fallbacks for m in f.models}
+        idle = sorted(
+            m
+            for m in {m for p in self.pools for m in p.models} - hosted
+            if all(p.weight == 0 for p in self.pools if m in p.models)
+        )
+        if idle:
+            raise ValueError(
+                f"pools: every pool serving {', '.join(idle)} has weight 0 (only as overflow) "
+                "and no fallback serves it: it would never be routed"
+            )
+        return self
+
     def models(self) -> list[str]:
         found = {m for p in self.pools for m in p.models} | {
             m for f in self.fallbacks for m in f.models
@@ -439,7 +435,15 @@ def load_gateway_config(text: str, source: str = "<config>") -> GatewayConfig:
         return GatewayConfig.model_validate(raw)
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}"
+            f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}{_hint(err)}"
             for err in exc.errors()
         )
         raise InvalidInput(f"{source}: {problems}") from exc
+
+
+def _hint(err: ErrorDetails) -> str:
+    """The documented spelling of a snake_case key, which is refused as unknown."""
+    key = err["loc"][-1] if err["loc"] else ""
+    if err["type"] != "extra_forbidden" or not isinstance(key, str) or "_" not in key:
+        return ""
+    return f" (keys are camelCase: {to_camel(key)})"

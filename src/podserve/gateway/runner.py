@@ -23,14 +23,11 @@ async def serve_gateway(
     env: Mapping[str, str],
     proxies: ProxySettings = NO_PROXIES,
 ) -> int:
+    # Each is set and fit for a header: the CLI refuses to start otherwise
+    # (cli/gateway_checks.api_key_problems).
     hosted_keys = {
         fb.name: env.get(fb.api_key_env, "") for fb in config.fallbacks if fb.api_key_env
     }
-    missing = [
-        fb.api_key_env for fb in config.fallbacks if fb.api_key_env and not hosted_keys.get(fb.name)
-    ]
-    if missing:
-        log.warning("fallback API key env vars are unset", extra={"env": missing})
     gateway = Gateway(config, open_store(config, env, serving=True), hosted_keys, proxies)
     uv_config = uvicorn.Config(
         gateway.asgi(),
@@ -48,6 +45,9 @@ async def serve_gateway(
         # per response (gateway/edge.py, httpedge/).
         http=gateway_protocol(config),
         limit_concurrency=None,
+        # No WebSocket protocol (the gateway serves none): with uvicorn's "auto", any
+        # `Upgrade: websocket` request went to the websockets library and got a 500.
+        ws="none",
         timeout_graceful_shutdown=5,
         # Longer than a load balancer's idle timeout (AWS ALB: 60 s), so the balancer, not
         # the gateway, closes idle connections: a request sent on a connection the server

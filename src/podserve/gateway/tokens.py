@@ -119,6 +119,24 @@ def _pieces(text: str) -> Iterator[str]:
 _CACHE: dict[str, object] = {}
 
 
+class TokenizerUnusable(Exception):
+    """A configured tokenizer.json that cannot be loaded (missing, unreadable, not a
+    tokenizer, or the `tokenizers` package absent)."""
+
+
+def preload(path: str) -> None:
+    """Load `path` now, at the gateway's start: loading on first use made a missing file
+    every request's 500 for that model while the gateway looked healthy."""
+    try:
+        _load(path)
+    except ImportError as exc:
+        raise TokenizerUnusable(
+            f"{path}: the tokenizers package is not installed (podserve[llm])"
+        ) from exc
+    except Exception as exc:  # tokenizers raises a bare Exception for a missing file
+        raise TokenizerUnusable(f"{path}: {exc}") from exc
+
+
 def _load(path: str) -> _Encoder:
     found = _CACHE.get(path)
     if found is None:

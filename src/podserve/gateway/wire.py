@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from podserve.config.gateway_config import MAX_OUTPUT_TOKENS
+from podserve.config.gateway_fields import MAX_OUTPUT_TOKENS
 from podserve.core.ids import accept_request_id
 from podserve.protocol.json_body import too_many_values
 
