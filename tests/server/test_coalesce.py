@@ -35,6 +35,9 @@ class Recording:
     def close(self) -> None:
         self.closed = True
 
+    def is_closing(self) -> bool:
+        return self.closed
+
     def get_extra_info(self, name: str) -> str:
         return f"extra:{name}"
 

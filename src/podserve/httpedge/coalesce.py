@@ -13,6 +13,12 @@ So a head is held until the next write on its connection: the body, which the ap
 in the same step, and both go out in one `writelines` (one writev). A head whose body
 does not follow in that loop turn (a stream waiting for its first event) is sent alone at
 the next turn, so no response waits on this.
+
+Nothing is written once the transport is closing. asyncio's own transports drop such
+writes; uvloop's raise RuntimeError ("unable to perform operation on <TCPTransport
+closed=True>", uvloop/handles/stream.pyx `_ensure_alive`), which escaped from a
+pipelined request's response after its connection had been refused, as an unhandled
+exception of its ASGI task.
 """
 
 from __future__ import annotations
@@ -35,6 +41,9 @@ class CoalescingTransport:
         self._head: bytes | None = None
 
     def write(self, data: bytes) -> None:
+        if self._transport.is_closing():
+            self._head = None
+            return
         head = self._head
         if head is not None:
             self._head = None
@@ -48,7 +57,7 @@ class CoalescingTransport:
 
     def _flush(self) -> None:
         head, self._head = self._head, None
-        if head is not None:
+        if head is not None and not self._transport.is_closing():
             self._transport.write(head)
 
     def close(self) -> None:

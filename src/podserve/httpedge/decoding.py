@@ -11,7 +11,9 @@ protocol/json_body.py), and the thread takes off the loop the rest: the Python b
 and after those calls (validators, a chat's messages as dicts), during which the loop
 gets its turn every switch interval (5 ms). The parse itself is bounded by the count of
 the body's values on the JSON routes (`protocol/json_body.py`), and by `--max-body-bytes`
-alone on OIP infer, whose tensors may hold millions (see docs/operations.md). One
+alone on OIP infer, whose tensors may hold millions (see docs/operations.md); there the
+whole body's size decides, its binary part too, whose BYTES tensors are split one
+element at a time (bounded in count first, protocol/v2/raw.py). One
 thread, so one big body is decoded at a time (the Python objects of a pathological body
 are many times its bytes); the others wait their turn without holding the loop.
 

@@ -15,7 +15,12 @@ subclass, at the parser's callbacks:
   past `max_header_bytes`, a JSON 431 and close (RFC 6585 §5);
 - header timeout: a timer from the connection's start (or a request's first byte on a
   kept-alive connection) until the headers are complete; when it fires, a JSON 408 and
-  close (RFC 9110 §15.5.9), the slow-loris defence nginx calls client_header_timeout;
+  close (RFC 9110 §15.5.9), the slow-loris defence nginx calls client_header_timeout.
+  Bytes on an idle kept-alive connection that start no message arm it too: uvicorn's
+  `data_received` cancels its keep-alive timer on any bytes, and llhttp skips CRLFs
+  between messages (RFC 9112 §2.2) without calling `on_message_begin`, so one CRLF after
+  a response left a connection with no timer at all, held open forever (1,000 of them
+  filled `max_connections`, and every new probe got 503);
 - body time: a body not complete within `body_timeout_s` of a read that left it
   incomplete gets the same 408 and close (the app's `receive` then sees the disconnect).
   Without it a client trickling its body a byte at a time held its connection for as long
@@ -26,7 +31,11 @@ subclass, at the parser's callbacks:
 - malformed HTTP (a bad chunk size, Content-Length with Transfer-Encoding, a control byte
   in a header, an unknown HTTP version...): llhttp refuses it and uvicorn's
   `send_400_response` answers a text/plain "Invalid HTTP request received."; here, a
-  JSON 400 naming what llhttp found wrong, and close.
+  JSON 400 naming what llhttp found wrong, and close. Responses go out in request order
+  (RFC 9112 §9.3.2): uvicorn writes its 400 at once, ahead of the responses still owed
+  to requests pipelined before the malformed one, which the client then took for the
+  first request's answer. Here the 400 waits until those are answered, and a malformed
+  request queued behind them is never run.
 
 Every refusal is JSON, in the error shape of the edge that sends it (`error_body`).
 """
@@ -34,23 +43,17 @@ Every refusal is JSON, in the error shape of the edge that sends it (`error_body
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
 import orjson
-from httptools import HttpParserCallbackError, HttpParserError, HttpParserInvalidURLError
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from podserve.httpedge.coalesce import CoalescingTransport
+from podserve.httpedge.refusal import parser_problem, refusal
 
-_REASONS = {
-    400: b"Bad Request",
-    408: b"Request Timeout",
-    431: b"Request Header Fields Too Large",
-    503: b"Service Unavailable",
-}
+_HTTP_VERSIONS = frozenset({"1.0", "1.1"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +62,9 @@ class HttpLimits:
     header_timeout_s: float
     max_connections: int
     body_timeout_s: float | None = None  # None: a body may take as long as it likes
+    # An edge that decodes no content coding refuses a body sent with one (415), rather
+    # than read gzip bytes as JSON ("not valid UTF-8") or ignore a coding it cannot undo.
+    refuse_content_encoding: bool = False
 
 
 # (status, code, message) -> the refusal's JSON body. The code names the refusal where a
@@ -104,6 +110,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._header_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
         self._in_body = False  # headers complete, the message not yet
+        self._earlier_cycle: Any = None  # the cycle before the newest (send_400_response)
+        self._deferred: tuple[int, str, str] | None = None  # a 400 owed after earlier answers
         # A response's head and body in one write (httpedge/coalesce.py).
         super().connection_made(cast(asyncio.Transport, CoalescingTransport(transport, self.loop)))
         if len(self.connections) > self.limits.max_connections:
@@ -139,6 +147,20 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             timeout_s = self.limits.body_timeout_s
             if timeout_s is not None:
                 self._body_timer = self.loop.call_later(timeout_s, self._body_timeout)
+        # Bytes that started no message (CRLFs between messages, which llhttp skips) on an
+        # idle connection: uvicorn just cancelled its keep-alive timer, so the header
+        # timer must run, or nothing would ever close the connection (the module's doc).
+        if self._header_timer is None and not self._refused and self._idle():
+            self._arm_header_timer()
+
+    def _idle(self) -> bool:
+        """No request is being read or answered, and uvicorn's keep-alive timer is off."""
+        cycle = self.cycle
+        return (
+            self.timeout_keep_alive_task is None
+            and not self.pipeline
+            and (cycle is None or cycle.response_complete)
+        )
 
     # --- parser callbacks ------------------------------------------------------------------
     def on_message_begin(self) -> None:
@@ -161,8 +183,38 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._in_headers = False
         self._in_body = True
         self._header_bytes = 0
-        if not self._refused:
-            super().on_headers_complete()
+        if self._refused:
+            return
+        version = self.parser.get_http_version()
+        if version not in _HTTP_VERSIONS:
+            # llhttp takes "HTTP/2.0" (and a bare HTTP/0.9 request line) in a request line,
+            # and uvicorn would answer it as HTTP/1.1 (RFC 9110 §15.6.6: 505).
+            self._refuse_in_order(
+                505,
+                "http_version_not_supported",
+                f"HTTP/{version} is not supported; send HTTP/1.1 (or HTTP/1.0)",
+            )
+            return
+        if self.limits.refuse_content_encoding and self._content_encoding():
+            self._refuse_in_order(
+                415,
+                "unsupported_content_encoding",
+                f"Content-Encoding {self._content_encoding()!r} is not supported: send the "
+                "body unencoded (supported: identity)",
+            )
+            return
+        self._earlier_cycle = self.cycle
+        super().on_headers_complete()
+
+    def _content_encoding(self) -> str:
+        """The request's Content-Encoding codings but "identity", comma-joined."""
+        codings = [
+            coding.strip()
+            for name, value in self.headers
+            if name == b"content-encoding"
+            for coding in value.decode("latin-1").split(",")
+        ]
+        return ", ".join(c for c in codings if c and c.lower() != "identity")
 
     def on_body(self, body: bytes) -> None:
         if not self._refused:
@@ -180,13 +232,60 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         HttpParserError`): the same 400 and close, but JSON naming the problem."""
         if self._refused:
             return  # a 431 went out earlier in this read, and the parser went on: one answer
+        message = f"malformed HTTP request: {parser_problem(msg)}"
         cycle = self.cycle
-        if cycle is not None and cycle.response_started and not cycle.response_complete:
-            # A response is half written (its body was still coming in): a status line
-            # now would be read as part of it. Cut it short, as a reset would.
-            self._cut()
+        if cycle is not None and cycle.more_body and not cycle.response_complete:
+            # llhttp failed inside this cycle's body: the malformed request is its own.
+            if self.pipeline and self.pipeline[0][0] is cycle:
+                # Pipelined behind requests not yet answered (uvicorn queues the newest
+                # at the left): it is never run, and they are answered first.
+                self.pipeline.popleft()
+                self.cycle = self._earlier_cycle
+            elif cycle.response_started:
+                # A response is half written (its body was still coming in): a status
+                # line now would be read as part of it. Cut it short, as a reset would.
+                self._cut()
+                return
+            else:
+                # Running, so the oldest request not answered: refused now (its app
+                # sees the disconnect).
+                self._refuse(400, "bad_request", message)
+                return
+        self._refuse_in_order(400, "bad_request", message)
+
+    def _refuse_in_order(self, status: int, code: str, message: str) -> None:
+        """Refuse the request being read: now, or once the requests received before it
+        are answered (the module's doc); nothing more of the connection is read."""
+        if self._answering():
+            self._refused = True
+            self._disarm_header_timer()
+            self._disarm_body_timer()
+            self._deferred = (status, code, message)
             return
-        self._refuse(400, "bad_request", f"malformed HTTP request: {_parser_problem(msg)}")
+        self._refuse(status, code, message)
+
+    def _answering(self) -> bool:
+        """Some request received whole is not answered yet (running or pipelined)."""
+        cycle = self.cycle
+        return bool(self.pipeline) or (cycle is not None and not cycle.response_complete)
+
+    def on_response_complete(self) -> None:
+        """uvicorn's (a response was sent: start the next pipelined request, or arm the
+        keep-alive timer), unless a refusal waits on this response: then it goes now."""
+        deferred = self._deferred
+        if deferred is None or self.pipeline:
+            super().on_response_complete()
+            return
+        self._deferred = None
+        self.server_state.total_requests += 1
+        if not self.transport.is_closing():  # the response closed it (`connection: close`)
+            self._refuse(*deferred)
+
+    def _unsupported_upgrade_warning(self) -> None:
+        """An `Upgrade` this edge does not take is served as the plain HTTP request it
+        also is (RFC 9110 §7.8 lets a server ignore it). uvicorn logs two warnings for
+        each (one advising to install a WebSocket library): a line per request that any
+        client can send, about nothing wrong here."""
 
     # --- bounds ------------------------------------------------------------------------------
     def _count(self, size: int) -> bool:
@@ -252,32 +351,5 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._disarm_header_timer()
         self._disarm_body_timer()
         body = self.error_body(status, code, message)
-        head: list[Any] = [
-            b"HTTP/1.1 %d %s\r\n" % (status, _REASONS[status]),
-            b"content-type: application/json\r\n",
-            b"content-length: %d\r\n" % len(body),
-            b"connection: close\r\n",
-        ]
-        if retry_after:
-            head.append(b"retry-after: 1\r\n")
-        head.append(self.refusal_headers)
-        self.transport.write(b"".join([*head, b"\r\n", body]))
+        self.transport.write(refusal(status, body, self.refusal_headers, retry_after=retry_after))
         self.transport.close()
-
-
-def _parser_problem(fallback: str) -> str:
-    """What llhttp found wrong, from the HttpParserError being handled: uvicorn passes
-    `send_400_response` only its fixed "Invalid HTTP request received.", but llhttp's
-    reason is a fixed phrase ("Invalid character in chunk size", "Duplicate
-    Content-Length", "Invalid HTTP version") that tells the client what to fix, and
-    carries none of the request's bytes."""
-    exc = sys.exc_info()[1]
-    if isinstance(exc, HttpParserCallbackError):
-        # A callback raised: uvicorn's `httptools.parse_url` on a request target llhttp
-        # let through ("http://", a port past 65535). Its message echoes the target.
-        if isinstance(exc.__context__, HttpParserInvalidURLError):
-            return "invalid request target"
-        return fallback
-    if isinstance(exc, HttpParserError) and str(exc):
-        return str(exc)
-    return fallback

@@ -27,8 +27,8 @@ ALLOWED_PARAMETERS: dict[Action, frozenset[str]] = {
 }
 
 # A body that could be accepted is a few dozen bytes; anything bigger carries model files
-# (Triton's `file:` parameters), which are refused anyway, so it is not read in full.
-MAX_BODY_BYTES = 64 * 1024
+# (Triton's `file:` parameters), which are refused anyway, so it is not read in full: the
+# REST routes read at most server/http.py's CONTROL_BODY_BYTES of it.
 
 
 def refuse_parameters(names: Iterable[str], action: Action) -> None:
@@ -54,4 +54,4 @@ def check_body(body: bytes, action: Action) -> None:
     refuse_parameters(parameters, action)
 
 
-__all__ = ["ALLOWED_PARAMETERS", "MAX_BODY_BYTES", "Action", "check_body", "refuse_parameters"]
+__all__ = ["ALLOWED_PARAMETERS", "Action", "check_body", "refuse_parameters"]

@@ -4,7 +4,6 @@ moves bytes between HTTP and the data plane."""
 
 from __future__ import annotations
 
-from podserve.core.errors import PayloadTooLarge
 from podserve.dataplane import CallContext, DataPlane
 from podserve.dataplane.model_control import bearer_token
 from podserve.httpedge.decoding import BodyDecoding
@@ -20,8 +19,8 @@ from podserve.protocol.v2 import (
     parse_header_length,
 )
 from podserve.protocol.v2.triton import encode_model_config, encode_model_statistics
-from podserve.server.http import JSON, Request, Response, json_response
-from podserve.server.repository_requests import MAX_BODY_BYTES, Action, check_body
+from podserve.server.http import JSON, Request, Response, control_body, json_response
+from podserve.server.repository_requests import Action, check_body
 
 OCTET_STREAM = b"application/octet-stream"
 _HEADER_LENGTH = INFERENCE_HEADER_CONTENT_LENGTH.lower()
@@ -61,10 +60,12 @@ class V2Routes:
         self._dataplane.check_model(request.model, request.path_params.get("version"))
         body = await request.body(self._max_body_bytes)
         header_length = parse_header_length(request.header(_HEADER_LENGTH))
-        # A big JSON part is decoded off the event loop (httpedge/decoding.py); binary
-        # tensor data after it is only sliced, whatever its size.
+        # A big body is decoded off the event loop (httpedge/decoding.py), its binary
+        # part counted too: BYTES tensors there are split element by element (a Python
+        # loop: 16 MB of empty elements held the loop 5 s when only the JSON part was
+        # counted), and fixed-size ones copied (protocol/v2/raw.py).
         infer_request = await self._decoding.run(
-            len(body) if header_length is None else header_length,
+            len(body),
             decode_infer_request,
             body,
             model_name=request.model,
@@ -91,7 +92,8 @@ class V2Routes:
         )
 
     async def repository_index(self, request: Request) -> Response:
-        ready_only = decode_repository_index_request(await request.body(self._max_body_bytes))
+        body = await control_body(request, self._max_body_bytes, "repository index")
+        ready_only = decode_repository_index_request(body)
         entries = self._dataplane.repository_index(ready_only)
         return Response(200, encode_repository_index(entries))
 
@@ -106,14 +108,12 @@ class V2Routes:
         return json_response(200, {})
 
     async def _check_control_body(self, request: Request, action: Action) -> None:
-        limit = min(self._max_body_bytes, MAX_BODY_BYTES)
-        try:
-            body = await request.body(limit)
-        except PayloadTooLarge:
-            raise PayloadTooLarge(
-                f"a repository {action} request body is at most {limit} bytes: podserve "
-                f"takes no model files or config overrides"
-            ) from None
+        body = await control_body(
+            request,
+            self._max_body_bytes,
+            f"repository {action}",
+            ": podserve takes no model files or config overrides",
+        )
         check_body(body, action)
 
 

@@ -75,6 +75,11 @@ def http_config(settings: ServerSettings, app: App) -> uvicorn.Config:
         # Exits happen only after our own drain, so uvicorn need not wait again.
         timeout_graceful_shutdown=1,
         limit_concurrency=None,  # httpedge/limits.py caps connections, answering JSON
+        # No WebSocket protocol: the pod serves none, and uvicorn's default ("auto") hands
+        # any request with `Upgrade: websocket` to the websockets library, whose scope the
+        # app ignores: a plain-text 500 and an error log. Without one, uvicorn
+        # (httptools_impl.py `_should_upgrade`) serves it as the HTTP request it also is.
+        ws="none",
         timeout_keep_alive=settings.keep_alive_timeout_s,
         http=bounded_protocol(
             HttpLimits(
@@ -82,6 +87,7 @@ def http_config(settings: ServerSettings, app: App) -> uvicorn.Config:
                 header_timeout_s=settings.header_timeout_s,
                 max_connections=settings.max_connections,
                 body_timeout_s=settings.body_timeout_s,
+                refuse_content_encoding=True,  # no route decodes gzip or any other coding
             )
         ),
     )

@@ -22,6 +22,14 @@ Where podserve differs, on purpose:
 - A region unregistered while an in-flight request still reads or writes it stays
   mapped until that request lets go (Triton defers the same way); the table forgets it
   at once, so the name can be registered again.
+- The table holds at most `max_regions` regions (registered, or unregistered but still
+  mapped): each holds a file descriptor and a mapping for as long as it is registered,
+  and nothing else bounds how many a client registers. Unbounded, ~10,000 registrations
+  used up the process's descriptors (RLIMIT_NOFILE), after which every new TCP
+  connection, probes included, was reset. Past the cap, registering is refused
+  (InvalidInput, 400, naming the limit) until the client unregisters some. The cap is
+  also held under a quarter of the descriptor limit, so connections and model files
+  keep the rest (docs/operations.md, "Shared memory").
 - Touching a mapped page past the end of its file is SIGBUS, which would kill the
   server: a client that shrinks its object after registering (ftruncate) is refused at
   the next access (one fstat per view, ~1 us). A shrink between that check and the
@@ -36,6 +44,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import resource
 import stat
 import threading
 from dataclasses import dataclass
@@ -46,6 +55,16 @@ from podserve.core.errors import AlreadyExists, InvalidInput, NotFound
 # Where Linux's shm_open keeps its objects (glibc: SHM_DIR, a tmpfs).
 DEFAULT_SHM_DIR = Path("/dev/shm")
 _NAME_MAX = 255
+# Registered regions at most (the module's doc); Triton has no such bound.
+MAX_REGIONS = 1024
+
+
+def default_max_regions() -> int:
+    """`MAX_REGIONS`, or a quarter of the soft descriptor limit when that is lower."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_REGIONS
+    return max(1, min(MAX_REGIONS, soft // 4))
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +111,9 @@ class _Mapping:
 class SystemSharedMemory:
     """The registered regions of this process, by name. Thread-safe."""
 
-    def __init__(self, directory: Path = DEFAULT_SHM_DIR) -> None:
+    def __init__(self, directory: Path = DEFAULT_SHM_DIR, max_regions: int | None = None) -> None:
         self._directory = directory
+        self.max_regions = default_max_regions() if max_regions is None else max_regions
         self._regions: dict[str, _Mapping] = {}
         # Unregistered while in use: unmapped as soon as their last view is gone.
         self._retiring: list[_Mapping] = []
@@ -109,6 +129,13 @@ class SystemSharedMemory:
             self._reap()
             if name in self._regions:
                 raise AlreadyExists(f"shared memory region '{name}' already in manager")
+            held = len(self._regions) + len(self._retiring)
+            if held >= self.max_regions:
+                raise InvalidInput(
+                    f"failed to register shared memory region '{name}': {held} regions are "
+                    f"registered or still in use, the most this server holds "
+                    f"(max_regions={self.max_regions}); unregister some first"
+                )
             self._regions[name] = _map(name, key, path, offset, byte_size)
 
     def unregister(self, name: str | None = None) -> None:

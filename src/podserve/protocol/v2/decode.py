@@ -33,7 +33,7 @@ from podserve.core.errors import InvalidInput
 from podserve.core.tensors import Datatype, InferRequest, RequestedOutput, Tensor
 from podserve.protocol.v2.json_data import array_from_json, json_type
 from podserve.protocol.v2.output_selection import output_name, requested_output
-from podserve.protocol.v2.raw import decode_tensor
+from podserve.protocol.v2.raw import BytesBudget, decode_tensor
 from podserve.protocol.v2.shape import check_shape
 from podserve.protocol.v2.shared_memory import check_outputs, read_input
 from podserve.shm import SystemSharedMemory, region_ref, without_references
@@ -91,9 +91,10 @@ def decode_infer_request(
     # JSON booleans in numeric data are refused (True is 1 to numpy); finding one costs a
     # look at every element, which a body that never spells true or false can skip.
     bools = b"true" in body or b"false" in body
+    budget = BytesBudget()  # BYTES elements, all binary and shared-memory inputs together
     for index, item in enumerate(raw_inputs):
         tensor, offset = _decode_input(
-            index, item, view, offset, header_length, shared_memory, bools
+            index, item, view, offset, header_length, shared_memory, budget, bools
         )
         if tensor.name in names:
             raise InvalidInput(f"input {tensor.name!r} is given more than once")
@@ -153,6 +154,7 @@ def _decode_input(
     offset: int,
     header_length: int | None,
     shared_memory: SystemSharedMemory | None,
+    budget: BytesBudget,
     bools: bool = True,
 ) -> tuple[Tensor, int]:
     """One input tensor, and the offset of the next binary chunk."""
@@ -182,7 +184,7 @@ def _decode_input(
             )
         if shared_memory is None:
             raise InvalidInput(f"input {name!r}: shared memory is not available here")
-        data = read_input(shared_memory, name, datatype, shape, ref)
+        data = read_input(shared_memory, name, datatype, shape, ref, budget)
         return Tensor(name, datatype, data, without_references(parameters)), offset
 
     size = parameters.get("binary_data_size")
@@ -215,7 +217,7 @@ def _decode_input(
             f"input {name!r}: parameters.binary_data_size is {size} but only "
             f"{len(view) - offset} bytes of binary data remain in the body"
         )
-    data = decode_tensor(name, datatype, shape, view[offset:end])
+    data = decode_tensor(name, datatype, shape, view[offset:end], budget)
     rest = {key: value for key, value in parameters.items() if key != "binary_data_size"}
     return Tensor(name, datatype, data, rest), end
 

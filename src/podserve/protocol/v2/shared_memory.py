@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from podserve.core.errors import InferenceFailed, InvalidInput
 from podserve.core.tensors import Datatype, InferRequest, InferResponse, RequestedOutput, Tensor
 from podserve.protocol.json_body import parse_body
-from podserve.protocol.v2.raw import decode_bytes, decode_tensor, encode_bytes
+from podserve.protocol.v2.raw import BytesBudget, decode_bytes, decode_tensor, encode_bytes
 from podserve.shm import (
     SHARED_MEMORY_REGION,
     CudaRegionStatus,
@@ -47,9 +47,13 @@ def read_input(
     datatype: Datatype,
     shape: tuple[int, ...],
     ref: RegionRef,
+    budget: BytesBudget | None = None,
 ) -> npt.NDArray[Any]:
-    """The input `name` as it lies in its region."""
+    """The input `name` as it lies in its region (BYTES elements spent from `budget`,
+    protocol/v2/raw.py)."""
     count = math.prod(shape)
+    if datatype is Datatype.BYTES:
+        (budget or BytesBudget()).take(name, shape, count, ref.byte_size)
     view = regions.view(ref.region, ref.offset, ref.byte_size)
     if datatype is Datatype.BYTES:
         strings: npt.NDArray[Any] = decode_bytes(name, view, count).reshape(shape)
