@@ -103,3 +103,31 @@ def test_errors_follow_openai_shapes(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as wrong_model:
         client.embeddings.create(model="iris", input="x")
     assert "input" in wrong_model.value.message
+
+
+def test_more_inputs_than_a_batch_are_split_and_joined_in_order(
+    client: openai.OpenAI, server: ServerProcess
+) -> None:
+    # minilm's max_batch_size is 64; OpenAI takes up to 2,048 inputs a request
+    texts = [f"sentence number {i} about topic {i % 7}" for i in range(130)]
+    before = server.metric("podserve_batch_size_count", {"model": "minilm"})
+    result = client.embeddings.create(model="minilm", input=texts, encoding_format="float")
+    assert [d.index for d in result.data] == list(range(130))
+    assert server.metric("podserve_batch_size_count", {"model": "minilm"}) - before >= 3
+    for i in (0, 64, 129):  # each part's rows, where they belong
+        alone = client.embeddings.create(model="minilm", input=texts[i], encoding_format="float")
+        assert np.allclose(result.data[i].embedding, alone.data[0].embedding, atol=1e-5)
+    parts = [
+        client.embeddings.create(model="minilm", input=texts[i : i + 64]) for i in (0, 64, 128)
+    ]
+    assert result.usage.prompt_tokens == sum(p.usage.prompt_tokens for p in parts)
+    assert result.usage.total_tokens == result.usage.prompt_tokens
+    with pytest.raises(openai.BadRequestError, match="'input' has 2049 items; at most 2048"):
+        client.embeddings.create(model="minilm", input=["x"] * 2049)
+
+
+def test_an_empty_string_is_refused(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError, match="'input' item 0 is an empty string"):
+        client.embeddings.create(model="minilm", input="")
+    with pytest.raises(openai.BadRequestError, match="'input' item 1 is an empty string"):
+        client.embeddings.create(model="minilm", input=["a", ""])

@@ -73,3 +73,56 @@ def test_a_single_row_sample_matches_the_batched_path() -> None:
     first, second = Sampler(SamplingParams(seed=3)), Sampler(SamplingParams(seed=3))
     singles = [first.sample(LOGITS) for _ in range(20)]
     assert singles == [sample_rows([second], [LOGITS])[0] for _ in range(20)]
+
+
+def test_a_temperature_below_the_greedy_epsilon_picks_the_likeliest_token() -> None:
+    # 1e-38 passed validation; logits / 1e-38 overflowed to inf, softmax gave NaN and the
+    # lookup pointed past the end: the last vocabulary id, every step.
+    logits = torch.tensor([0.1, 2.0, 0.5, -1.0])
+    for temperature in (1e-38, 1e-45, 1e-6):
+        params = SamplingParams(temperature=temperature, seed=3)
+        assert params.greedy
+        assert Sampler(params).sample(logits) == 1
+    assert not SamplingParams(temperature=1e-4).greedy
+
+
+def test_a_top_p_that_rounds_to_zero_keeps_the_likeliest_token() -> None:
+    # 1e-46 is 0 in float32: every token's preceding mass reached it, and all were dropped.
+    for seed in range(20):
+        sampler = Sampler(SamplingParams(temperature=1.0, top_p=1e-46, seed=seed))
+        assert sampler.sample(LOGITS) == 0
+    # the filter itself keeps exactly that token (not none, which only the sampler's
+    # guard for rows without a distribution would save)
+    row = torch.linspace(-3.0, 3.0, 3072)
+    kept = Sampler(SamplingParams(top_p=1e-46))._filter(row)
+    assert torch.isfinite(kept).nonzero().flatten().tolist() == [3071]
+
+
+def test_a_row_without_a_finite_distribution_takes_its_likeliest_token() -> None:
+    # An inf logit (or a NaN) makes the softmax NaN; the row takes its largest finite id
+    # rather than the vocabulary's last.
+    row = torch.tensor([0.0, float("inf"), 1.0, 0.5])
+    assert Sampler(SamplingParams(temperature=1.0, seed=1)).sample(row) == 1
+    nan_row = torch.tensor([0.0, float("nan"), 3.0, 0.5])
+    assert Sampler(SamplingParams(temperature=0.7, seed=1)).sample(nan_row) == 2
+
+
+def test_logit_bias_moves_the_tokens_it_names() -> None:
+    greedy = SamplingParams(temperature=0)
+    assert Sampler(greedy).sample(LOGITS) == 0
+    banned = SamplingParams(temperature=0, logit_bias=((0, -100.0),))
+    assert Sampler(banned).sample(LOGITS) == 1
+    forced = SamplingParams(temperature=1.0, seed=7, logit_bias=((3, 100.0),))
+    assert {Sampler(forced).sample(LOGITS) for _ in range(20)} == {3}
+    assert LOGITS[0] == pytest.approx(torch.log(torch.tensor(0.5)))  # the row is not changed
+
+
+def test_logit_bias_is_bounded_as_openai_bounds_it() -> None:
+    from podserve.core.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="at most 300"):
+        SamplingParams(logit_bias=tuple((i, 1.0) for i in range(301)))
+    with pytest.raises(InvalidInput, match=r"\[-100, 100\]"):
+        SamplingParams(logit_bias=((1, 100.5),))
+    with pytest.raises(InvalidInput, match=r"\[-100, 100\]"):
+        SamplingParams(logit_bias=((-1, 1.0),))

@@ -6,7 +6,8 @@ What each client sees, as documented in docs/operations.md:
   `/v2/models/{m}/generate_stream`) gets the events produced so far, then one last
   event whose data is the error naming the drain (OpenAI's `{"error": {...}}` shape on
   the OpenAI routes, so the openai SDK raises `APIError`; `{"error": "..."}` on the
-  Triton route), then the response ends and the connection closes: no `[DONE]`;
+  Triton route), then on the OpenAI routes `data: [DONE]` (as a stream its deadline
+  ends), then the response ends and the connection closes;
 - a gRPC ModelStreamInfer generation stream (the vLLM backend's tensors) gets its token
   responses, then ends UNAVAILABLE;
 - one log line per cut stream, no traceback, exit code 1.
@@ -236,8 +237,8 @@ def test_streams_cut_mid_way_end_with_an_error_event_or_unavailable(tmp_path: Pa
     head, data, terminated = chat.events()
     assert head.startswith(b"HTTP/1.1 200")
     assert terminated
-    assert "[DONE]" not in data
-    *tokens, last = data
+    *tokens, last, done = data
+    assert done == "[DONE]"  # after the error, as a stream cut by its deadline ends
     assert tokens
     assert all("chat.completion.chunk" in event for event in tokens)
     assert len(tokens) < TOKENS

@@ -14,7 +14,7 @@ import dataclasses
 
 from podserve.core.errors import InferenceFailed, InvalidInput
 from podserve.dataplane import CallContext, DataPlaneAPI, GenerateRequest, GenerationStream
-from podserve.generation.sampling import SamplingParams
+from podserve.generation.sampling import UNTIL_CONTEXT_FULL, SamplingParams
 from podserve.protocol.openai import completions as oai
 
 
@@ -33,7 +33,12 @@ async def completion(
     if parsed.logprob_count() is not None:
         raise InvalidInput("'logprobs' is not supported by podserve consume")
     dataplane.check_model(model)
-    params = SamplingParams.from_fields(parsed, max_tokens=max_tokens or 16)
+    # The HTTP routes' defaults (routes_openai._params): chat runs until EOS, the model's
+    # cap or a full context; a completion takes 16 tokens, or what the context leaves.
+    default = UNTIL_CONTEXT_FULL if chat else 16
+    params = SamplingParams.from_fields(
+        parsed, max_tokens=max_tokens or default, fit_context=max_tokens is None
+    )
     sequences = _choices(params, parsed.n)
     if isinstance(parsed, oai.ChatRequest):
         request = GenerateRequest(model=model, messages=parsed.chat(), sequences=sequences)

@@ -61,7 +61,9 @@ class EngineClient(Protocol):
     ) -> list[TokenStream]:
         """Admit one request of `len(sequences)` sequences sharing a prompt, all or none:
         raise `InvalidInput` (never fits), `Unavailable` (not now, with a retry hint) or
-        return one started stream per sequence."""
+        return one started stream per sequence. A sequence with `fit_context` arrives
+        with a max_tokens that fits `max_context` (served.py); an engine with a cap of
+        its own lowers it to that cap (`SamplingParams.fitted`) rather than refusing."""
         ...
 
     def stats(self) -> EngineStats: ...

@@ -255,17 +255,21 @@ class GenerationEngine:
             self._generation_tokens += 1
             eos = token == self.executor.eos_token_id and not live.sampler.params.ignore_eos
             if eos:
-                delta_text, stopped = "", True
+                delta_text, stopped, stop_string = "", True, False
             else:
                 delta = live.detokenizer.add(token)
                 delta_text, stopped = delta.text, delta.stopped
+                stop_string = stopped
             queued = self._queue_report(live)
             if stopped or self.scheduler.samples_last_token(request_id):
                 # its last token: the request leaves the scheduler and its KV slot now
                 # (no later forward of this step uses the slot), then its stream ends
                 done = self.scheduler.finish_in_step(request_id, stopped=stopped)
                 reason = _FINISH_REASONS[done.status]
-                if reason == "length":
+                if not stop_string:
+                    # Text held back as the possible start of a stop string that never
+                    # completed is the model's text: an EOS or the length limit ends the
+                    # request, so it goes out now (only a matched stop string cuts).
                     delta_text += live.detokenizer.flush()
                 event = TokenEvent(token, delta_text, reason, queued_s=queued, logprob=logprob)
                 self._finish_locked(request_id, event, free_now=True)

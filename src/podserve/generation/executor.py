@@ -63,6 +63,8 @@ class ModelExecutor:
         config = self.model.config.get_text_config(decoder=True)
         model_context = int(config.max_position_embeddings)
         self.max_context = min(max_context or model_context, model_context)
+        # the logits' width: the token ids a request's logit_bias may name
+        self.vocab_size = int(config.vocab_size)
         heads = int(config.num_attention_heads)
         head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
         self.max_num_seqs = max_num_seqs

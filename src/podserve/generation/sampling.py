@@ -9,6 +9,7 @@ sampled rows alike.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,13 +17,26 @@ from typing import TYPE_CHECKING
 
 from podserve.core.errors import InvalidInput
 from podserve.generation.penalties import TokenCounts
-from podserve.protocol.sampling import PENALTY_MAX, PENALTY_MIN, SamplingFields
+from podserve.protocol.sampling import (
+    LOGIT_BIAS_MAX,
+    MAX_LOGIT_BIASES,
+    PENALTY_MAX,
+    PENALTY_MIN,
+    SamplingFields,
+)
 
 if TYPE_CHECKING:
     import torch
 
 
 MAX_LOGPROBS = 20  # alternatives per token, as OpenAI's top_logprobs and vLLM's default
+# Below this temperature a request is greedy, as vLLM decides (vllm/sampling_params.py,
+# `_SAMPLING_EPS = 1e-5`): dividing float32 logits by 1e-38 overflows them to inf, whose
+# softmax is NaN, and the sampler then picked the last vocabulary id every step.
+GREEDY_BELOW = 1e-5
+# max_tokens for "until EOS or the context is full" (OpenAI's chat default): no context
+# is this long, and with `fit_context` admission lowers it to what the context leaves.
+UNTIL_CONTEXT_FULL = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +73,12 @@ class SamplingParams:
     # OpenAI's penalties over the tokens generated so far (penalties.py); 0 is off
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    # OpenAI's logit_bias: (token id, bias) added to the logits before sampling
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    # The request named no max_tokens: `max_tokens` is only an upper bound, which
+    # admission lowers to what the model's context leaves after the prompt
+    # (generation/worker.py), rather than refusing a default the client never sent.
+    fit_context: bool = False
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -79,10 +99,26 @@ class SamplingParams:
                 raise InvalidInput(
                     f"{name} must be in [{PENALTY_MIN}, {PENALTY_MAX}], got {value!r}"
                 )
+        if len(self.logit_bias) > MAX_LOGIT_BIASES:
+            raise InvalidInput(
+                f"logit_bias has {len(self.logit_bias)} tokens; at most {MAX_LOGIT_BIASES}"
+            )
+        for token, bias in self.logit_bias:
+            if token < 0 or not (math.isfinite(bias) and abs(bias) <= LOGIT_BIAS_MAX):
+                raise InvalidInput(
+                    f"logit_bias must map token ids >= 0 to biases in [-{LOGIT_BIAS_MAX:g}, "
+                    f"{LOGIT_BIAS_MAX:g}], got {token}: {bias!r}"
+                )
 
     @classmethod
     def from_fields(
-        cls, fields: SamplingFields, *, max_tokens: int, logprobs: int | None = None
+        cls,
+        fields: SamplingFields,
+        *,
+        max_tokens: int,
+        logprobs: int | None = None,
+        logit_bias: tuple[tuple[int, float], ...] = (),
+        fit_context: bool = False,
     ) -> SamplingParams:
         """The sampling fields of a request (OpenAI's or Triton's generate schema, one
         wire schema in `protocol/sampling.py`) as the engine's parameters."""
@@ -97,11 +133,29 @@ class SamplingParams:
             logprobs=logprobs,
             presence_penalty=fields.presence_penalty or 0.0,
             frequency_penalty=fields.frequency_penalty or 0.0,
+            logit_bias=logit_bias,
+            fit_context=fit_context,
         )
+
+    def fitted(self, prompt_tokens: int, context: int, cap: int | None = None) -> SamplingParams:
+        """With `fit_context` (the request named no max_tokens): `max_tokens` lowered to
+        what the context leaves after the prompt, and to the engine's `cap`, as vLLM's
+        default (context minus prompt); a default never refuses a prompt that fits. The
+        flag stays, so each layer that knows a limit may lower it further."""
+        if not self.fit_context:
+            return self
+        left = context - prompt_tokens
+        if left < 1:
+            raise InvalidInput(
+                f"prompt ({prompt_tokens} tokens) fills the model's context of {context} "
+                "tokens: no room to generate"
+            )
+        limit = min(self.max_tokens, left, left if cap is None else cap)
+        return dataclasses.replace(self, max_tokens=limit)
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0
+        return self.temperature < GREEDY_BELOW
 
     @property
     def penalized(self) -> bool:
@@ -144,10 +198,11 @@ class Sampler:
             scores = scores.masked_fill(scores < kth, float("-inf"))
         if params.top_p < 1.0:
             sorted_scores, order = torch.sort(scores, descending=True)
-            probs = torch.softmax(sorted_scores, dim=-1)
-            # drop a token once the tokens ranked above it already reach top_p; the
-            # first token is always kept
+            # float64: a float32 top_p of 1e-46 is 0, which every mass reaches
+            probs = torch.softmax(sorted_scores.double(), dim=-1)
+            # drop a token once the tokens ranked above it already reach top_p
             drop = probs.cumsum(dim=-1) - probs >= params.top_p
+            drop[0] = False  # the likeliest token always stays, whatever the rounding
             scores = scores.scatter(0, order[drop], float("-inf"))
         return scores
 
@@ -180,6 +235,9 @@ def sample_rows(
         if counts is None:
             raise ValueError("sampling with penalties needs the engine's TokenCounts")
         counts.penalize(logits, penalised, [samplers[i] for i in penalised])
+    for i, sampler in enumerate(samplers):
+        if sampler.params.logit_bias:
+            _add_bias(logits[i], sampler.params.logit_bias)
     tokens = _pick(samplers, logits)
     if penalised and counts is not None:
         counts.record([samplers[i] for i in penalised], [tokens[i] for i in penalised])
@@ -204,7 +262,15 @@ def _pick(samplers: Sequence[Sampler], logits: torch.Tensor) -> list[int]:
         params = samplers[i].params
         if params.top_p < 1.0 or (params.top_k and params.top_k < scores.shape[-1]):
             scores[j] = samplers[i]._filter(scores[j])
-    cdf = torch.softmax(scores, dim=-1).double().cumsum(dim=-1)
+    probs = torch.softmax(scores, dim=-1).double()
+    # A row with no finite distribution (inf or NaN logits from the model) would point
+    # the lookup past its end, at the last vocabulary id: it takes its likeliest token.
+    broken = ~torch.isfinite(probs).all(dim=-1)
+    if bool(broken.any()):
+        probs[broken] = 0.0
+        best = logits[sampled][broken].nan_to_num(nan=float("-inf")).argmax(dim=-1)
+        probs[broken] = probs[broken].scatter(1, best.unsqueeze(1), 1.0)
+    cdf = probs.cumsum(dim=-1)
     uniform = torch.rand(len(sampled), dtype=torch.float64)
     for j, i in enumerate(sampled):
         generator = samplers[i]._generator
@@ -218,3 +284,12 @@ def _pick(samplers: Sequence[Sampler], logits: torch.Tensor) -> list[int]:
     for i, token in zip(sampled, picked.tolist(), strict=True):
         tokens[i] = int(token)
     return tokens
+
+
+def _add_bias(row: torch.Tensor, bias: tuple[tuple[int, float], ...]) -> None:
+    """OpenAI's logit_bias, in place: each listed token's logit moves by its bias (-100
+    all but bans a token, 100 all but forces it)."""
+    import torch
+
+    ids = torch.tensor([token for token, _ in bias], dtype=torch.long)
+    row.index_add_(0, ids, torch.tensor([value for _, value in bias], dtype=row.dtype))

@@ -122,6 +122,10 @@ class EngineWorker:
     def admit(
         self, prompt_ids: Sequence[int], sequences: Sequence[SamplingParams]
     ) -> list[TokenStream]:
+        # A request that named no max_tokens asks for "until the context is full": every
+        # engine gets a max_tokens that fits its context (one with a cap lowers it more).
+        context = self.client.max_context
+        sequences = [params.fitted(len(prompt_ids), context) for params in sequences]
         streams = self.client.admit(prompt_ids, sequences)  # refusals raise here
         return [_Tracked(self, stream) for stream in streams]
 

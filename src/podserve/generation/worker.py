@@ -94,6 +94,13 @@ class GenerativeWorker:
     def check(self, prompt_ids: Sequence[int], params: SamplingParams, copies: int = 1) -> None:
         """Refuse early and clearly, before anything is queued. `copies`: the request's
         `n` sequences, admitted all together or not at all."""
+        vocab = self.executor.vocab_size
+        outside = [token for token, _ in params.logit_bias if token >= vocab]
+        if outside:
+            raise InvalidInput(
+                f"logit_bias names token id {outside[0]}, outside the model's vocabulary "
+                f"of {vocab} tokens"
+            )
         if params.max_tokens > self.limits.max_tokens_cap:
             raise InvalidInput(
                 f"max_tokens={params.max_tokens} exceeds this model's limit of "
@@ -129,6 +136,9 @@ class GenerativeWorker:
         if not sequences:
             raise InvalidInput("a generation request needs at least one sequence")
         prompt = list(prompt_ids)
+        # a request that named no max_tokens: lowered to the cap and what the context leaves
+        context, cap = self.executor.max_context, self.limits.max_tokens_cap
+        sequences = [params.fitted(len(prompt), context, cap) for params in sequences]
         # the sequences share the prompt and max_tokens: one check for all
         self.check(prompt, sequences[0], copies=len(sequences))
         submitted: list[_Sequence] = []

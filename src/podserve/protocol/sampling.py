@@ -11,6 +11,8 @@ them too, instead of ignoring them as unknown knobs: vLLM's Triton backend build
 (triton-inference-server/vllm_backend, src/utils/vllm_backend_utils.py,
 `TritonSamplingParams.from_dict`).
 
+JSON null for any optional field is its default (OpenAI's "nullable"), on every endpoint.
+
 Stop strings: at most 4 (OpenAI's API reference: "Up to 4 sequences"; Hugging Face TGI's
 `--max-stop-sequences` defaults to 4 too), each at most 1,024 characters, on every
 endpoint, checked before any item is validated (protocol/json_body.py). The engine looks
@@ -22,9 +24,16 @@ search; 4 of them 0.47 ms), and stop strings in use are a few characters long.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler, WrapValidator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    model_validator,
+)
 
 from podserve.protocol.json_body import FailFastList, over_limit
 
@@ -34,6 +43,10 @@ SEED_MAX = 2**64 - 1
 PENALTY_MIN = -2.0
 PENALTY_MAX = 2.0
 MAX_STOP_SEQUENCES = 4
+# OpenAI's `logit_bias`: "values between -100 and 100", at most 300 tokens (the limit
+# OpenAI's API enforces; vLLM has none of its own).
+LOGIT_BIAS_MAX = 100.0
+MAX_LOGIT_BIASES = 300
 MAX_STOP_CHARS = 1024
 
 
@@ -68,6 +81,22 @@ class SamplingFields(BaseModel):
     frequency_penalty: float | None = Field(
         None, ge=PENALTY_MIN, le=PENALTY_MAX, allow_inf_nan=False
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_default(cls, data: Any) -> Any:
+        """JSON null for an optional field is its default, as OpenAI takes it: its API
+        reference types temperature, top_p, n, stream, ... as nullable, and the openai
+        SDKs send null for a parameter set to None. A required field's null is still
+        refused, by its name."""
+        if not isinstance(data, dict):
+            return data
+        fields = cls.model_fields
+        return {
+            key: value
+            for key, value in data.items()
+            if value is not None or key not in fields or fields[key].is_required()
+        }
 
     def stop_strings(self) -> tuple[str, ...]:
         if self.stop is None:

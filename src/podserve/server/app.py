@@ -10,7 +10,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from podserve.core.errors import ModelNotFound, PodserveError
+from podserve.core.errors import NotFound, PodserveError
 from podserve.core.ids import accept_request_id
 from podserve.dataplane import DataPlane
 from podserve.httpedge.decoding import BodyDecoding
@@ -38,6 +38,8 @@ from podserve.server.routes_v2 import V2Routes
 
 log = logging.getLogger("podserve.access")
 errlog = logging.getLogger("podserve.server")
+
+INTERNAL_ERROR = "internal server error; see the server log"
 
 Handler = Callable[[Request], Awaitable[Response | StreamingResponse]]
 
@@ -135,18 +137,20 @@ class App:
         model = ""
         if table is None:
             table, params, model = self._dynamic(path)
+        openai = path.startswith("/v1/")
         if table is None:
-            if path.startswith("/v1/"):
-                return openai_error_response(ModelNotFound(f"no route for {method} {path}"))
-            return json_response(404, {"error": f"no route for {method} {path}"})
+            message = f"no route for {method} {path}"
+            if openai:  # a path, not a model: "not_found", not "model_not_found"
+                return openai_error_response(NotFound(message))
+            return json_response(404, {"error": message})
         route = table.get(method)
         if route is None:
             allowed = ", ".join(sorted(table))
-            return json_response(
-                405,
-                {"error": f"method {method} not allowed on {path}; use {allowed}"},
-                [(b"allow", allowed.encode())],
-            )
+            message = f"method {method} not allowed on {path}; use {allowed}"
+            body: dict[str, object] = {"error": message}
+            if openai:
+                body = _openai_body(message, "invalid_request_error", "method_not_allowed")
+            return json_response(405, body, [(b"allow", allowed.encode())])
         return route, params, model
 
     def _dynamic(self, path: str) -> tuple[dict[str, Route] | None, dict[str, str], str]:
@@ -237,7 +241,10 @@ class App:
             return json_response(499, {"error": "client disconnected"})
         except Exception:
             errlog.exception("unhandled error", extra={"request_id": request.request_id})
-            return json_response(500, {"error": "internal server error; see the server log"})
+            if route.openai:  # the openai SDK reads only its own error object
+                body = _openai_body(INTERNAL_ERROR, "server_error", "internal_error")
+                return json_response(500, body)
+            return json_response(500, {"error": INTERNAL_ERROR})
 
     async def _run_inference(self, route: Route, request: Request, send: Send) -> int | None:
         try:
@@ -339,6 +346,11 @@ class App:
                     "duration_ms": round(elapsed * 1000, 3),
                 },
             )
+
+
+def _openai_body(message: str, kind: str, code: str) -> dict[str, object]:
+    # OpenAI's error object, as server/errors.py's openai_error shapes a domain error's
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:

@@ -66,9 +66,12 @@ def cut_response(openai: bool) -> Response:
 
 
 def cut_event(openai: bool) -> bytes:
-    """The last server-sent event of a stream cut after it began."""
+    """The last server-sent events of a stream cut after it began: the error, and on
+    OpenAI's streams `data: [DONE]` after it, as a stream the deadline ends has
+    (routes_openai.py), so a client that reads to [DONE] sees both end alike."""
     body = openai_error(Draining(CUT_MESSAGE)) if openai else {"error": CUT_MESSAGE}
-    return b"data: " + orjson.dumps(body) + b"\n\n"
+    event = b"data: " + orjson.dumps(body) + b"\n\n"
+    return event + b"data: [DONE]\n\n" if openai else event
 
 
 def log_cut(request_id: str, model: str, path: str, streaming: bool) -> None:

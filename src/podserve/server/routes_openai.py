@@ -11,13 +11,19 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import numpy as np
+
 from podserve.core.errors import InvalidInput, PodserveError
 from podserve.dataplane import CallContext, DataPlane, GenerateRequest, Generation
-from podserve.generation.sampling import SamplingParams
+from podserve.generation.sampling import UNTIL_CONTEXT_FULL, SamplingParams
 from podserve.generation.stream import TokenEvent
 from podserve.httpedge.decoding import BodyDecoding
 from podserve.protocol.openai import completions as oai
-from podserve.protocol.openai import decode_embedding_request, encode_embedding_response
+from podserve.protocol.openai import (
+    decode_embedding_request,
+    encode_embedding_response,
+    split_embedding_request,
+)
 from podserve.server import streams as streams_io
 from podserve.server.errors import openai_error
 from podserve.server.http import Request, Response, StreamingResponse
@@ -33,19 +39,45 @@ class OpenAIRoutes:
         body = await request.body(self._max_body_bytes)
         parsed, infer_request = await self._decoding.run(len(body), decode_embedding_request, body)
         request.model = parsed.model
-        response = await self._dataplane.infer(
-            infer_request,
-            _call(request, "openai.embeddings"),
-        )
-        outputs = {t.name: t.data for t in response.outputs}
-        if "embedding" not in outputs or "tokens" not in outputs:
-            raise InvalidInput(
-                f"model {parsed.model!r} is not an embedding model (it returns "
-                f"{sorted(outputs)}, not 'embedding' and 'tokens')"
-            )
+        # OpenAI takes up to 2,048 inputs a request; a batching model takes max_batch_size
+        # rows a call. Each part is a request of its own on the data plane (admission,
+        # deadline and metrics apply to each), run concurrently and joined in order.
+        parts = split_embedding_request(infer_request, self._batch_rows(parsed.model))
+        tasks = [
+            asyncio.ensure_future(self._dataplane.infer(part, _call(request, "openai.embeddings")))
+            for part in parts
+        ]
+        try:
+            responses = await asyncio.gather(*tasks)
+        finally:  # one part failed, or the client left: the others are not wanted
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        embeddings, tokens = [], []
+        for response in responses:
+            outputs = {t.name: t.data for t in response.outputs}
+            if "embedding" not in outputs or "tokens" not in outputs:
+                raise InvalidInput(
+                    f"model {parsed.model!r} is not an embedding model (it returns "
+                    f"{sorted(outputs)}, not 'embedding' and 'tokens')"
+                )
+            embeddings.append(outputs["embedding"])
+            tokens.append(outputs["tokens"])
         return Response(
-            200, encode_embedding_response(parsed, outputs["embedding"], outputs["tokens"])
+            200,
+            encode_embedding_response(
+                parsed, np.concatenate(embeddings), np.concatenate(tokens).reshape(-1)
+            ),
         )
+
+    def _batch_rows(self, model: str) -> int:
+        """The most rows the model takes in one call (0: no limit, it does not batch).
+        A model the data plane cannot describe is left to `infer` to refuse, in its
+        own words."""
+        try:
+            return self._dataplane.model_config(model).max_batch_size
+        except PodserveError:
+            return 0
 
     # --- generation ------------------------------------------------------------------------
     async def completions(self, request: Request) -> Response | StreamingResponse:
@@ -54,7 +86,9 @@ class OpenAIRoutes:
             len(body), oai.decode_request, body, oai.CompletionRequest
         )
         request.model = parsed.model
-        params = _params(parsed, parsed.max_tokens)
+        # OpenAI's documented default for completions is 16 tokens; lowered to what the
+        # context leaves, so a prompt that fits is never refused for a default.
+        params = _params(parsed, parsed.max_tokens, default=16)
         generation = await self._dataplane.generate(
             GenerateRequest(
                 model=parsed.model,
@@ -69,7 +103,9 @@ class OpenAIRoutes:
         body = await request.body(self._max_body_bytes)
         parsed, messages = await self._decoding.run(len(body), _decode_chat, body)
         request.model = parsed.model
-        params = _params(parsed, parsed.token_limit)
+        # Chat without a limit generates until EOS, the model's cap or a full context,
+        # as OpenAI's and vLLM's do (vLLM's default: context minus prompt).
+        params = _params(parsed, parsed.token_limit, default=UNTIL_CONTEXT_FULL)
         generation = await self._dataplane.generate(
             GenerateRequest(
                 model=parsed.model, messages=messages, sequences=_choices(params, parsed.n)
@@ -96,8 +132,10 @@ class OpenAIRoutes:
             results = await asyncio.gather(*tasks)
         finally:  # one choice failed, or the client left: end them all
             await streams_io.close_all(streams, tasks)
+        echo = _echo(parsed)
         choices = []
         for text, finish, tokens in results:
+            text = echo + text
             logprobs = None
             if params.logprobs is not None:
                 entries = [_logprob_entry(generation, event) for event in tokens]
@@ -125,6 +163,9 @@ class OpenAIRoutes:
                 for index in range(len(streams)):
                     role = {"role": "assistant", "content": ""}
                     yield oai.chat_chunk(rid, model, created, role, None, index=index)
+            elif echo := _echo(parsed):  # the prompt first, as vLLM streams an echo
+                for index in range(len(streams)):
+                    yield oai.completion_chunk(rid, model, created, echo, None, index=index)
             try:
                 async for index, event in events:
                     generated += event.token_id is not None
@@ -187,17 +228,38 @@ def _choices(params: SamplingParams, n: int) -> tuple[SamplingParams, ...]:
     if n == 1:
         return (params,)
     return tuple(
-        dataclasses.replace(params, seed=None if params.seed is None else params.seed + i)
+        dataclasses.replace(
+            params, seed=None if params.seed is None else choice_seed(params.seed, i)
+        )
         for i in range(n)
     )
 
 
+def choice_seed(seed: int, index: int) -> int:
+    """Choice `index`'s seed: seed + index, modulo 2**64. torch's manual_seed takes
+    [-2**63, 2**64 - 1] and maps a negative seed s to s + 2**64, so this is the same
+    generator as seed + index wherever that was in range, and never past the top (a
+    seed of 2**64 - 1 with n=2 was a 500)."""
+    return (seed + index) % 2**64
+
+
 def _params(
-    parsed: oai.CompletionRequest | oai.ChatRequest, max_tokens: int | None
+    parsed: oai.CompletionRequest | oai.ChatRequest, max_tokens: int | None, *, default: int
 ) -> SamplingParams:
     return SamplingParams.from_fields(
-        parsed, max_tokens=max_tokens or 16, logprobs=parsed.logprob_count()
+        parsed,
+        max_tokens=max_tokens or default,
+        logprobs=parsed.logprob_count(),
+        logit_bias=parsed.logit_biases(),
+        fit_context=max_tokens is None,
     )
+
+
+def _echo(parsed: oai.CompletionRequest | oai.ChatRequest) -> str:
+    """The prompt, for a completion that asked for it back (`echo`) before its text."""
+    if isinstance(parsed, oai.CompletionRequest) and parsed.echo:
+        return parsed.prompt_text()
+    return ""
 
 
 def _logprob_entry(generation: Generation, event: TokenEvent) -> oai.LogprobEntry | None:

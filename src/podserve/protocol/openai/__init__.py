@@ -4,6 +4,7 @@ from podserve.protocol.openai.embeddings import (
     EmbeddingRequest,
     decode_embedding_request,
     encode_embedding_response,
+    split_embedding_request,
 )
 from podserve.protocol.openai.models import encode_model_list
 
@@ -12,4 +13,5 @@ __all__ = [
     "decode_embedding_request",
     "encode_embedding_response",
     "encode_model_list",
+    "split_embedding_request",
 ]

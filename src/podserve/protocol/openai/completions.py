@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler,
 
 from podserve.core.errors import InvalidInput
 from podserve.protocol.json_body import FailFastList, over_limit, parse_body, token_ids
-from podserve.protocol.sampling import SamplingFields
+from podserve.protocol.sampling import LOGIT_BIAS_MAX, MAX_LOGIT_BIASES, SamplingFields
 
 FinishReason = Literal["stop", "length"]
 MAX_LOGPROBS = 20  # alternatives per token (OpenAI's top_logprobs limit, vLLM's default)
@@ -52,15 +52,42 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+def _bounded_bias(value: object, validate: ValidatorFunctionWrapHandler) -> object:
+    """OpenAI's logit_bias: at most 300 tokens, counted before any is validated."""
+    if isinstance(value, dict) and len(value) > MAX_LOGIT_BIASES:
+        raise over_limit("logit_bias tokens", len(value), MAX_LOGIT_BIASES)
+    return validate(value)
+
+
 class _Sampling(SamplingFields):
     model: str
     max_tokens: int | None = Field(None, ge=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = Field(1, ge=1, le=MAX_CHOICES)
+    # token id (a JSON object's keys are strings) -> bias in [-100, 100]
+    logit_bias: Annotated[
+        dict[str, Annotated[float, Field(ge=-LOGIT_BIAS_MAX, le=LOGIT_BIAS_MAX)]] | None,
+        WrapValidator(_bounded_bias),
+    ] = None
 
     def check_supported(self) -> None:
         """Combinations the schema alone cannot refuse."""
+        if self.stream_options is not None and not self.stream:
+            # vLLM's words: "Stream options can only be defined when `stream=True`."
+            raise InvalidInput("'stream_options' can only be set when 'stream' is true")
+
+    def logit_biases(self) -> tuple[tuple[int, float], ...]:
+        """logit_bias as (token id, bias); the ids are checked against the model's
+        vocabulary at admission (generation/worker.py)."""
+        if not self.logit_bias:
+            return ()
+        biases = []
+        for key, bias in self.logit_bias.items():
+            if not (key.isascii() and key.isdigit()):
+                raise InvalidInput(f"'logit_bias': key {key!r} is not a token id")
+            biases.append((int(key), bias))
+        return tuple(biases)
 
     def logprob_count(self) -> int | None:
         """None: no log-probabilities; k: each token's and its k likeliest alternatives."""
@@ -92,6 +119,25 @@ def _one_prompt(value: object, validate: ValidatorFunctionWrapHandler) -> object
 class CompletionRequest(_Sampling):
     prompt: Annotated[str | list[str], WrapValidator(_one_prompt)]
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    echo: bool = False
+    # Taken only to be refused by name when set (check_supported), never ignored.
+    suffix: str | None = None
+    best_of: int | None = None
+
+    def check_supported(self) -> None:
+        super().check_supported()
+        if self.suffix:
+            raise InvalidInput("'suffix' is not supported (no model here does insertion)")
+        if self.best_of is not None and self.best_of not in (1, self.n):
+            raise InvalidInput(
+                f"'best_of' {self.best_of} is not supported: send null, 1 or n (vLLM's V1 "
+                "engine refuses best_of too); to pick among choices, send n and rank them"
+            )
+        if self.echo and self.logprobs is not None:
+            raise InvalidInput(
+                "'echo' with 'logprobs' is not supported (the prompt's log-probabilities are "
+                "not computed); send one of them"
+            )
 
     def logprob_count(self) -> int | None:
         return self.logprobs
@@ -116,7 +162,10 @@ class ChatMessage(BaseModel):
                 raise InvalidInput(
                     f"message content part of type {part.get('type')!r} is not supported"
                 )
-            parts.append(str(part.get("text", "")))
+            text = part.get("text")
+            if not isinstance(text, str):  # `"text": 5` or none at all: a client's bug
+                raise InvalidInput("'content': a text part needs 'text', a string")
+            parts.append(text)
         return "".join(parts)
 
 
@@ -143,10 +192,34 @@ class ChatRequest(_Sampling):
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    # Taken only to be refused by name when they ask for what is not done here
+    # (check_supported): a 200 that ignored them would look like the model's answer.
+    response_format: dict[str, Any] | None = None
+    tools: list[Any] | None = None
+    functions: list[Any] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    function_call: str | dict[str, Any] | None = None
 
     def check_supported(self) -> None:
+        super().check_supported()
         if self.top_logprobs is not None and not self.logprobs:
             raise InvalidInput("'top_logprobs' requires 'logprobs': true")
+        if self.response_format is not None and self.response_format.get("type") != "text":
+            raise InvalidInput(
+                f"'response_format' of type {self.response_format.get('type')!r} is not "
+                'supported (no structured output here); send {"type": "text"} or none'
+            )
+        # No tool parser for these models: a tool call could never be returned.
+        if self.tools and self.tool_choice != "none":
+            raise InvalidInput(
+                "'tools' are not supported (no tool-call parser for this model) unless "
+                "'tool_choice' is \"none\""
+            )
+        if self.functions and self.function_call != "none":
+            raise InvalidInput(
+                "'functions' are not supported (no tool-call parser for this model) unless "
+                "'function_call' is \"none\""
+            )
 
     def logprob_count(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None

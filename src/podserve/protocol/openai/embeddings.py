@@ -5,6 +5,7 @@ by default and decodes it itself)."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -54,9 +55,26 @@ def decode_embedding_request(body: bytes) -> tuple[EmbeddingRequest, InferReques
     texts = parsed.texts()
     if parsed.dimensions is not None and parsed.dimensions < 1:
         raise InvalidInput("'dimensions' must be at least 1")
+    if not all(texts):  # OpenAI refuses an empty string too: it has nothing to embed
+        raise InvalidInput(f"'input' item {texts.index('')} is an empty string")
     array = np.array([t.encode("utf-8") for t in texts], dtype=object)
     request = InferRequest(model_name=parsed.model, inputs=(Tensor("text", Datatype.BYTES, array),))
     return parsed, request
+
+
+def split_embedding_request(request: InferRequest, rows: int) -> list[InferRequest]:
+    """The request as requests of at most `rows` texts each, in order (0: one request).
+    OpenAI takes up to MAX_INPUTS texts in one request, a batching model at most its
+    max_batch_size rows in one call."""
+    (texts,) = request.inputs
+    if rows < 1 or len(texts.data) <= rows:
+        return [request]
+    return [
+        dataclasses.replace(
+            request, inputs=(dataclasses.replace(texts, data=texts.data[start : start + rows]),)
+        )
+        for start in range(0, len(texts.data), rows)
+    ]
 
 
 def encode_embedding_response(
