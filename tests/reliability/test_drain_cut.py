@@ -173,6 +173,41 @@ def test_sigterm_while_a_model_loads_exits_without_waiting_for_the_load(tmp_path
     assert "Traceback" not in "".join(server.raw_lines)
 
 
+def test_sigterm_with_bodies_still_arriving_exits_without_a_traceback_each(
+    tmp_path: Path,
+) -> None:
+    """Requests still sending their bodies were admitted nothing: uvicorn's shutdown
+    cancels them, and each used to log "Exception in ASGI application" with a
+    CancelledError traceback (200 slow clients, 200 tracebacks)."""
+    import socket
+
+    write_model(tmp_path, "fast")
+    with ServerProcess("--model-repository", str(tmp_path)) as server:
+        wait_until(lambda: server.get("/ready").status_code == 200, what="ready")
+        port = int(server.url.rsplit(":", 1)[1])
+        head = (
+            b"POST /v2/models/fast/infer HTTP/1.1\r\nhost: pod\r\n"
+            b"content-type: application/json\r\ncontent-length: 1000\r\n\r\n{"
+        )
+        slow = [socket.create_connection(("127.0.0.1", port)) for _ in range(5)]
+        try:
+            for sock in slow:
+                sock.sendall(head)  # the rest of the body never comes
+            # A round trip after them: the loop has read their heads by its answer (it
+            # reads every ready socket in a turn), so their requests await their bodies.
+            assert server.get("/healthz").status_code == 200
+            server.send_signal(signal.SIGTERM)
+            code = server.wait_exit(timeout_s=60)
+        finally:
+            for sock in slow:
+                sock.close()
+        server.stop()
+    assert code == 0
+    text = "".join(server.raw_lines)
+    assert "Exception in ASGI application" not in text
+    assert "CancelledError" not in text
+
+
 def test_a_second_sigterm_exits_at_once_and_grpc_calls_end_unavailable(tmp_path: Path) -> None:
     """No drain timeout this time: the second signal stops the server, whose stop ends
     the gRPC calls (UNAVAILABLE, gRPC's own "Cancelling all calls"); only the REST

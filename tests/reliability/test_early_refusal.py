@@ -141,19 +141,61 @@ async def occupy_the_instance(app: App, client: httpx.AsyncClient) -> asyncio.Fu
     return running
 
 
-async def test_a_request_reading_its_body_holds_its_queue_slot(plane: DataPlane) -> None:
-    """`gated` queues one request. While an admitted request's body is still arriving,
-    the queue is empty, yet its one slot is taken: the next request is refused unread,
-    and the admitted one is queued and served (without the reservation, the next one
-    was let by, read and decoded, and one of the two refused after its decode)."""
+async def test_a_request_still_sending_its_body_holds_no_queue_slot(plane: DataPlane) -> None:
+    """`gated` queues one request. A request whose body is still arriving holds no slot:
+    a client trickling its body held one until body_timeout_s, and enough of them refused
+    every request to the model while its queue was empty. The next request is let by and
+    queued; the slow one, once its body is in, finds the queue full and is refused, read
+    but not decoded."""
     app = App(plane)
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url="http://podserve"
     ) as client:
         running = await occupy_the_instance(app, client)
+        slow = HeldBody()
+        slow_call = slow.start(app)
+        await eventually(slow.awaited, "the slow request to read its body")
+
+        later = HeldBody()
+        later.deliver.set()
+        later_call = later.start(app)
+        await eventually(lambda: queue_depth(plane, "gated") == 1, "the later one queued")
+
+        slow.deliver.set()
+        await slow_call
+        assert slow.status == 503
+        assert b"queue is full" in slow.sent[1]["body"]
+
+        GATES["gated"].open.set()
+        await later_call
+        assert later.status == 200
+        assert (await running).status_code == 200
+
+
+async def test_a_request_being_decoded_holds_its_queue_slot(plane: DataPlane) -> None:
+    """Once its body is in, an admitted request holds its slot while it is decoded: a
+    request arriving meanwhile is refused unread (without the promise, both were read and
+    decoded, and one refused after its decode)."""
+    app = App(plane)
+    decoding = asyncio.Event()
+    resume = asyncio.Event()
+    original = plane.infer
+
+    async def held_infer(*args: Any, **kwargs: Any) -> Any:
+        decoding.set()  # the body is read and decoded: this is the hand-off to admission
+        await resume.wait()
+        return await original(*args, **kwargs)
+
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://podserve"
+    ) as client:
+        running = await occupy_the_instance(app, client)
+        plane.infer = held_infer  # type: ignore[method-assign]
         admitted = HeldBody()
+        admitted.deliver.set()
         admitted_call = admitted.start(app)
-        await eventually(admitted.awaited, "the admitted request to read its body")
+        await decoding.wait()
+        plane.infer = original  # type: ignore[method-assign]
         assert queue_depth(plane, "gated") == 0
 
         later = HeldBody()
@@ -163,7 +205,7 @@ async def test_a_request_reading_its_body_holds_its_queue_slot(plane: DataPlane)
         assert later.reads == 0  # refused unread
         assert b"queue is full" in later.sent[1]["body"]
 
-        admitted.deliver.set()
+        resume.set()
         await eventually(lambda: queue_depth(plane, "gated") == 1, "the admitted one queued")
         GATES["gated"].open.set()
         await admitted_call

@@ -259,19 +259,29 @@ class App:
         """Run the handler and send its answer, cancelling it if the client disconnects
         first: a queued request then leaves the queue and frees its slot, and a stream is
         aborted, freeing its sequence and KV cache. Returns the status; None = client gone."""
+        version = request.path_params.get("version")
         try:
             if route.early_refusal:
-                # Before a byte of the body is read; a request let by holds a queue slot
-                # while its body is read and decoded (DataPlane.admit_early).
-                request.reservation = self._dataplane.admit_early(
-                    request.model, request.path_params.get("version")
-                )
+                # Before a byte of the body is read: a full queue, a draining server or an
+                # unknown model costs no read and no decode (DataPlane.refuse_early).
+                self._dataplane.refuse_early(request.model, version)
             await request.body(self._max_body_bytes)  # cached for the handler
+            if route.early_refusal:
+                # The body is in: a queue slot is promised while it is decoded, so requests
+                # arriving meanwhile see it taken (DataPlane.admit_early). Not before: a
+                # client trickling its body held a slot until body_timeout_s, and 256 such
+                # connections refused every request to the model while its queue was empty.
+                request.reservation = self._dataplane.admit_early(request.model, version)
         except PodserveError as exc:
             response = self._error(route, exc)
             await send_response(send, response, request.request_id)
             return response.status
         except ClientGone:
+            return None
+        except asyncio.CancelledError:
+            # uvicorn's shutdown cancels requests still sending their bodies: nothing of
+            # theirs was admitted, so they end here, quietly, instead of one "Exception in
+            # ASGI application" traceback each (200 of them with 200 slow clients).
             return None
         task = asyncio.current_task()
         gone = answering = started = False
