@@ -168,3 +168,27 @@ def test_binary_bytes_within_the_bound_are_served(server: ServerProcess) -> None
     with contextlib.closing(client):
         result = client.infer("simple_string", inputs)
     assert [int(v) for v in result.as_numpy("OUTPUT0").reshape(-1)] == [2 * i for i in range(16)]
+
+
+def test_grpc_bytes_inputs_share_one_bound_too() -> None:
+    """The same request over gRPC's raw_input_contents: the bound was per tensor there,
+    so a request of several inputs could hold it several times over."""
+    import tritonclient.grpc as triton_grpc
+
+    rows = MAX_BYTES_ELEMENTS // 16
+    args = ("--model", f"simple_string={MODELS / 'simple_string'}")
+    with ServerProcess(*args, grpc=True) as pod:
+        wait_until(lambda: pod.get("/ready").status_code == 200, 120, "simple_string loaded")
+        client = triton_grpc.InferenceServerClient(f"127.0.0.1:{pod.grpc_port}")
+        empty = np.full((rows, 16), b"", dtype=np.object_)
+        inputs = []
+        for name in ("INPUT0", "INPUT1"):
+            tensor = triton_grpc.InferInput(name, [rows, 16], "BYTES")
+            tensor.set_data_from_numpy(empty)
+            inputs.append(tensor)
+        with pytest.raises(InferenceServerException) as refused:
+            client.infer("simple_string", inputs)
+        client.close()
+    assert refused.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "input 'INPUT1'" in str(refused.value)
+    assert f"other inputs of the request hold {MAX_BYTES_ELEMENTS}" in str(refused.value)

@@ -38,7 +38,7 @@ from podserve.core.tensors import (
     Tensor,
 )
 from podserve.protocol.v2.output_selection import output_name, requested_output
-from podserve.protocol.v2.raw import decode_tensor, encode_tensor
+from podserve.protocol.v2.raw import BytesBudget, decode_tensor, encode_tensor
 from podserve.protocol.v2.shape import check_shape
 from podserve.protocol.v2.shared_memory import check_outputs, in_shared_memory, read_input
 from podserve.server.grpc._generated import inference_pb2 as pb
@@ -243,6 +243,9 @@ def decode_infer_request(
     raw_index = 0
     tensors: list[Tensor] = []
     seen: set[str] = set()
+    # BYTES elements of all raw and shared-memory inputs together, as on REST (decode.py):
+    # per tensor, a request of many inputs could hold the bound's memory many times over.
+    budget = BytesBudget()
     for index, (item, name, params, ref) in enumerate(staged):
         if not name:
             raise InvalidInput(f"input {index} has no name")
@@ -260,7 +263,7 @@ def decode_infer_request(
         # HasField first: reading an unset submessage builds an empty one to list.
         has_contents = item.HasField("contents") and bool(item.contents.ListFields())
         if ref is not None:
-            data = _from_region(shared_memory, name, datatype, shape, ref, has_contents)
+            data = _from_region(shared_memory, name, datatype, shape, ref, has_contents, budget)
             params = without_references(params)
         elif use_raw:
             if has_contents:
@@ -268,7 +271,7 @@ def decode_infer_request(
                     f"input {name!r} sets contents but the request uses raw_input_contents; "
                     f"use one form for all inputs"
                 )
-            data = decode_tensor(name, datatype, shape, raw_contents[raw_index])
+            data = decode_tensor(name, datatype, shape, raw_contents[raw_index], budget)
             raw_index += 1
         else:
             data = _decode_contents(item.contents, datatype, shape, name)
@@ -301,6 +304,7 @@ def _from_region(
     shape: tuple[int, ...],
     ref: RegionRef,
     has_contents: bool,
+    budget: BytesBudget,
 ) -> Any:
     if has_contents:
         raise InvalidInput(
@@ -308,7 +312,7 @@ def _from_region(
         )
     if shared_memory is None:
         raise InvalidInput(f"input {name!r}: shared memory is not available here")
-    return read_input(shared_memory, name, datatype, shape, ref)
+    return read_input(shared_memory, name, datatype, shape, ref, budget)
 
 
 # ---------------------------------------------------------------------------- responses
