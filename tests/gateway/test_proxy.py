@@ -266,6 +266,9 @@ def test_a_rotated_key_keeps_its_id_and_spend_and_its_old_secret_for_the_grace(
     assert again.returncode == 0, again.stderr
     third = again.stdout.strip().splitlines()[-1]
     wait_until(lambda: status(second) == 401, timeout_s=10, what="the rotated-out secret refused")
+    # the secret just rotated out is refused as expired (the doc's word), not unknown
+    refused = chat(gateway, second, model="tiny-lm", messages=[{"role": "user", "content": "a"}])
+    assert "expired" in refused.json()["error"]["message"], refused.text
     assert status(key) == 401
     assert status(third) == 200
     assert [

@@ -338,13 +338,15 @@ def _keys_rotate(args: argparse.Namespace) -> int:
         print("podserve gateway keys: --grace-s must be a number >= 0", file=sys.stderr)
         return 2
     key, digest = new_key()
-    until = time.time() + args.grace_s if args.grace_s > 0 else None
+    # The old secret is kept even without a grace (until now): refused, it then says
+    # "expired", as docs/gateway.md promises, not "invalid API key".
+    until = time.time() + args.grace_s
 
     async def work(store: Store) -> int:
         if not await store.rotate_key(args.key_id, digest, until):
             print(f"podserve gateway keys: no active key with id {args.key_id}", file=sys.stderr)
             return 1
-        old = f"keeps working for {args.grace_s:g} s" if until else "no longer works"
+        old = f"keeps working for {args.grace_s:g} s" if args.grace_s > 0 else "no longer works"
         print(f"rotated key {args.key_id}; the old secret {old}. The new key is shown once:")
         print(key)
         return 0
