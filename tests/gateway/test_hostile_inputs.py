@@ -257,6 +257,12 @@ HTTP_CASES = [
     *((raw + b" HTTP/1.1\r\nhost: gw\r\n\r\n", 400) for raw in (b"GET /v2/\xff", b"GARBAGE")),
     (b"GET /healthz HTTP/9.9\r\n\r\n", 400),
     (b"GET /healthz HTTP/1.1\r\nhost: gw\r\nbad header: 1\r\n\r\n", 400),
+    # The gateway decodes no content coding: gzip was read as JSON (a 400 saying "not
+    # JSON"), and an OIP body went on to the pod without its Content-Encoding.
+    *(
+        (request(path, "psk-x", BODY, b"content-encoding: gzip\r\n"), 415)
+        for path in (COMPLETIONS, "/v2/models/iris/infer")
+    ),
 ]
 
 

@@ -26,6 +26,9 @@ def gateway_protocol(config: GatewayConfig) -> type[asyncio.Protocol]:
         header_timeout_s=config.header_timeout_s,
         max_connections=config.max_connections,
         body_timeout_s=config.body_timeout_s,
+        # Bodies are parsed (OpenAI routes) or forwarded without their Content-Encoding
+        # (OIP), so an encoded one is refused, 415, naming the coding.
+        refuse_content_encoding=True,
     )
     # Every gateway response carries its overhead (docs/gateway.md); a refusal of the
     # connection or its HTTP is all overhead, and none of it is measured, so it says 0.
