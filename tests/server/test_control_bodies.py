@@ -192,3 +192,18 @@ def test_grpc_bytes_inputs_share_one_bound_too() -> None:
     assert refused.value.status() == "StatusCode.INVALID_ARGUMENT"
     assert "input 'INPUT1'" in str(refused.value)
     assert f"other inputs of the request hold {MAX_BYTES_ELEMENTS}" in str(refused.value)
+
+
+def test_the_region_cap_is_a_setting(segment: shared_memory.SharedMemory) -> None:
+    body = {"key": f"/{segment.name}", "byte_size": 64}
+    with ServerProcess("--max-shm-regions", "3") as pod:
+        wait_until(lambda: pod.get("/ready").status_code == 200, 120, "ready")
+        with pod.client() as client:
+            codes = [
+                client.post(f"/v2/systemsharedmemory/region/r{i}/register", json=body).status_code
+                for i in range(4)
+            ]
+            refused = client.post("/v2/systemsharedmemory/region/r9/register", json=body)
+            client.post("/v2/systemsharedmemory/unregister")
+    assert codes == [200, 200, 200, 400]
+    assert "max_regions=3" in refused.json()["error"]

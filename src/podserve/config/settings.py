@@ -96,6 +96,12 @@ class ServerSettings(BaseSettings):
     max_body_bytes: int = Field(
         64 * 1024 * 1024, ge=1024, description="Largest request body accepted before 413."
     )
+    max_shm_regions: int | None = Field(
+        None,
+        ge=1,
+        description="Shared-memory regions registered at once (each holds a file descriptor "
+        "and a mapping); default 1024, or a quarter of the descriptor limit when lower.",
+    )
     ready_high_watermark: float = Field(
         0.9,
         gt=0,

@@ -122,7 +122,9 @@ class DataPlane:
             max_body_bytes=settings.max_body_bytes,
             access_log_sample_rate=settings.access_log_sample_rate,
         )
-        self.shared_memory = shared_memory or SystemSharedMemory()
+        self.shared_memory = shared_memory or SystemSharedMemory(
+            max_regions=settings.max_shm_regions
+        )
         self.cuda_shared_memory = CudaSharedMemory(self.shared_memory)
 
     # --- health ----------------------------------------------------------------------
