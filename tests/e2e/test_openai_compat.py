@@ -16,7 +16,7 @@ import pytest
 from openai.types import Completion, CompletionUsage
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
-from tests.support.server import ServerProcess, wait_until, write_model
+from tests.support.server import ServerProcess, openai_client, serving_models, write_model
 
 pytest.importorskip("transformers")
 
@@ -55,20 +55,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         ],
     )
     (shapeless / "shapeless.py").write_text(SHAPELESS)
-    with ServerProcess(
-        "--model",
-        f"tiny={TINY}",
-        "--model",
-        f"shapeless={shapeless}",
-        env={"HF_HUB_OFFLINE": "1"},
-    ) as process:
-        wait_until(lambda: process.get("/ready").status_code == 200, timeout_s=120, what="ready")
+    with serving_models({"tiny": TINY, "shapeless": shapeless}) as process:
         yield process
 
 
 @pytest.fixture
 def client(server: ServerProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+    return openai_client(server)
 
 
 @pytest.fixture

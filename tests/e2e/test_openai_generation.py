@@ -15,7 +15,7 @@ import pytest
 from openai.types import Completion, CompletionUsage
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam, ChatCompletionTokenLogprob
 
-from tests.support.server import ServerProcess, wait_until
+from tests.support.server import ServerProcess, openai_client, serving_models, wait_until
 
 pytest.importorskip("transformers")
 
@@ -33,22 +33,19 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     lazy = tmp_path_factory.mktemp("lazy") / "lazy"
     lazy.mkdir()
     (lazy / "model.yaml").write_text("runtime: transformers\npreload: false\n")
-    with ServerProcess(
-        "--model",
-        f"tiny={ROOT / 'examples/models/tiny-lm'}",
-        "--model",
-        f"iris={ROOT / 'examples/models/iris'}",
-        "--model",
-        f"lazy={lazy}",
-        env={"HF_HUB_OFFLINE": "1"},
+    with serving_models(
+        {
+            "tiny": ROOT / "examples/models/tiny-lm",
+            "iris": ROOT / "examples/models/iris",
+            "lazy": lazy,
+        }
     ) as process:
-        wait_until(lambda: process.get("/ready").status_code == 200, timeout_s=120, what="ready")
         yield process
 
 
 @pytest.fixture
 def client(server: ServerProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+    return openai_client(server)
 
 
 def test_completion_returns_text_usage_and_finish_reason(client: openai.OpenAI) -> None:

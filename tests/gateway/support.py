@@ -208,6 +208,17 @@ def make_key(
     return key, record.key_id
 
 
+def wait_for_ledger_rows(config_path: Path, key_id: str, count: int, what: str) -> None:
+    """Until the ledger holds at least `count` requests of the key."""
+    from tests.support.server import wait_until
+
+    def landed() -> bool:
+        row = spend_by(config_path, "key").get(key_id)
+        return row is not None and row.requests >= count
+
+    wait_until(landed, timeout_s=20, what=what)
+
+
 def spend_by(config_path: Path, by: str) -> dict[str, Any]:
     """{group: SpendRow} from the ledger."""
     from podserve.gateway.store.base import Dimension

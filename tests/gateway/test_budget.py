@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from tests.gateway.conftest import Pods, base_config
-from tests.gateway.support import GatewayProcess, make_key, spend_by
+from tests.gateway.support import GatewayProcess, make_key, spend_by, wait_for_ledger_rows
 from tests.support.server import wait_until
 
 # tiny-lm prices: 1 micro-dollar per prompt token, 2 per output token.
@@ -144,14 +144,7 @@ def test_a_tpm_refusal_waits_for_holds_to_give_tokens_back(gateway: GatewayProce
 
     reply = asyncio.run(scenario())
     assert reply.status_code == 200, reply.text
-    wait_until(
-        lambda: (
-            spend_by(gateway.config_path, "key").get(key_id) is not None
-            and spend_by(gateway.config_path, "key")[key_id].requests == 2
-        ),
-        timeout_s=20,
-        what="both requests settled",
-    )
+    wait_for_ledger_rows(gateway.config_path, key_id, 2, "both requests settled")
 
 
 def test_a_crashed_gateways_reservation_expires_and_is_charged(pods: Pods, tmp_path: Path) -> None:

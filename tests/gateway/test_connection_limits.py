@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.gateway.support import GatewayProcess
-from tests.reliability.test_http_limits import connect, parse, read_response, read_until_closed
+from tests.reliability.test_http_limits import parse
+from tests.support.raw_http import connect, read_response, read_until_closed
 
 
 def _gateway(tmp: Path, **bounds: object) -> GatewayProcess:

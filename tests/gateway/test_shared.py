@@ -16,7 +16,13 @@ import pytest
 
 from podserve.gateway.limits import window_at
 from tests.gateway.conftest import Pods, base_config, reset_shared_store
-from tests.gateway.support import GatewayProcess, make_key, redis_server, spend_by
+from tests.gateway.support import (
+    GatewayProcess,
+    make_key,
+    redis_server,
+    spend_by,
+    wait_for_ledger_rows,
+)
 from tests.support.server import wait_until
 
 PROMPT = "The function returns"
@@ -147,11 +153,7 @@ def test_fail_open_spends_at_most_budget_over_replicas(
             headers = {"authorization": f"Bearer {key}"}
             with httpx.Client(base_url=gateway.url, timeout=30) as http:
                 assert http.post("/v1/completions", json=BODY, headers=headers).status_code == 200
-                wait_until(
-                    lambda: key_id in spend_by(gateway.config_path, "key"),
-                    timeout_s=20,
-                    what="the first request in the ledger",
-                )
+                wait_for_ledger_rows(gateway.config_path, key_id, 1, "the first request")
                 _stop_redis(url)
                 codes = [
                     http.post("/v1/completions", json=BODY, headers=headers).status_code
@@ -185,14 +187,7 @@ def test_fail_open_shares_what_was_left_not_the_whole_budget(
                 for _ in range(3):
                     reply = http.post("/v1/completions", json=BODY, headers=headers)
                     assert reply.status_code == 200
-                wait_until(
-                    lambda: (
-                        spend_by(gateway.config_path, "key").get(key_id) is not None
-                        and spend_by(gateway.config_path, "key")[key_id].requests == 3
-                    ),
-                    timeout_s=20,
-                    what="three requests in the ledger",
-                )
+                wait_for_ledger_rows(gateway.config_path, key_id, 3, "three requests")
                 _stop_redis(url)
                 codes = [
                     http.post("/v1/completions", json=BODY, headers=headers).status_code

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support.raw_http import connect, read_response, read_until_closed
 from tests.support.server import ServerProcess, wait_until
 
 pytestmark = pytest.mark.slow
@@ -58,35 +58,6 @@ def capped() -> Iterator[ServerProcess]:
     )
     with ServerProcess(*args) as server:
         yield server
-
-
-def connect(server: ServerProcess) -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", server.http_port), timeout=SOCKET_TIMEOUT_S)
-    return sock
-
-
-def read_until_closed(sock: socket.socket) -> bytes:
-    chunks = []
-    with contextlib.suppress(ConnectionResetError):
-        while chunk := sock.recv(65536):
-            chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def read_response(sock: socket.socket) -> bytes:
-    """One whole response (status line, headers, a content-length body)."""
-    raw = b""
-    while b"\r\n\r\n" not in raw:
-        raw += sock.recv(65536)
-    head, _, body = raw.partition(b"\r\n\r\n")
-    length = next(
-        int(line.split(b":")[1])
-        for line in head.split(b"\r\n")
-        if line.lower().startswith(b"content-length")
-    )
-    while len(body) < length:
-        body += sock.recv(65536)
-    return raw
 
 
 def parse(raw: bytes) -> tuple[int, dict[str, str], dict[str, object]]:

@@ -11,23 +11,21 @@ answer itself.
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import json
 import re
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support.raw_http import connect, read_response, read_until_closed
 from tests.support.server import ServerProcess, wait_until
 
 pytestmark = pytest.mark.slow
 
 # Only stops a broken build from hanging the suite: the server's own timers end each
 # connection well before it.
-SOCKET_TIMEOUT_S = 20
 IRIS = Path(__file__).resolve().parents[2] / "examples" / "models" / "iris"
 IRIS_BODY = (
     b'{"inputs":[{"name":"features","shape":[1,4],"datatype":"FP32","data":[5.1,3.5,1.4,0.2]}]}'
@@ -47,29 +45,6 @@ def server() -> Iterator[ServerProcess]:
     with ServerProcess(*args) as pod:
         wait_until(lambda: pod.get("/ready").status_code == 200, 120, "iris loaded")
         yield pod
-
-
-def connect(server: ServerProcess) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", server.http_port), timeout=SOCKET_TIMEOUT_S)
-
-
-def read_until_closed(sock: socket.socket) -> bytes:
-    chunks = []
-    with contextlib.suppress(ConnectionResetError):
-        while chunk := sock.recv(65536):
-            chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def read_response(sock: socket.socket) -> bytes:
-    raw = b""
-    while b"\r\n\r\n" not in raw:
-        raw += sock.recv(65536)
-    head, _, body = raw.partition(b"\r\n\r\n")
-    length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
-    while len(body) < length:
-        body += sock.recv(65536)
-    return raw
 
 
 def statuses(raw: bytes) -> list[int]:

@@ -10,11 +10,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Self
 
 import httpx
+import openai
 
 START_TIMEOUT_S = 60.0
 
@@ -189,3 +190,17 @@ def post_then_live(server: ServerProcess, route: str, body: dict[str, Any]) -> h
         )
     assert server.get("/healthz").status_code == 200
     return response
+
+
+@contextlib.contextmanager
+def serving_models(models: dict[str, Path]) -> Iterator[ServerProcess]:
+    """A server of `models` (name -> model directory), offline, once every model is ready."""
+    args = [arg for name, path in models.items() for arg in ("--model", f"{name}={path}")]
+    with ServerProcess(*args, env={"HF_HUB_OFFLINE": "1"}) as process:
+        wait_until(lambda: process.get("/ready").status_code == 200, timeout_s=120, what="ready")
+        yield process
+
+
+def openai_client(server: ServerProcess) -> openai.OpenAI:
+    """The openai SDK on `server`'s /v1, without retries (a test sees every answer)."""
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
