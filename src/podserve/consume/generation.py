@@ -10,11 +10,10 @@ few lines that join them are here. A queue has no connection to stream tokens on
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 
 from podserve.core.errors import InferenceFailed, InvalidInput
 from podserve.dataplane import CallContext, DataPlaneAPI, GenerateRequest, GenerationStream
-from podserve.generation.sampling import UNTIL_CONTEXT_FULL, SamplingParams
+from podserve.generation.sampling import UNTIL_CONTEXT_FULL, SamplingParams, choice_params
 from podserve.protocol.openai import completions as oai
 
 
@@ -37,9 +36,12 @@ async def completion(
     # cap or a full context; a completion takes 16 tokens, or what the context leaves.
     default = UNTIL_CONTEXT_FULL if chat else 16
     params = SamplingParams.from_fields(
-        parsed, max_tokens=max_tokens or default, fit_context=max_tokens is None
+        parsed,
+        max_tokens=max_tokens or default,
+        logit_bias=parsed.logit_biases(),
+        fit_context=max_tokens is None,
     )
-    sequences = _choices(params, parsed.n)
+    sequences = choice_params(params, parsed.n)
     if isinstance(parsed, oai.ChatRequest):
         request = GenerateRequest(model=model, messages=parsed.chat(), sequences=sequences)
     else:
@@ -54,21 +56,11 @@ async def completion(
         await asyncio.gather(*tasks, return_exceptions=True)
         for stream in generation.streams:
             await stream.aclose()
-    choices = [oai.Choice(text, finish) for text, finish, _ in results]
+    echo = parsed.echo_text()
+    answers = [oai.Choice(echo + text, finish) for text, finish, _ in results]
     use = oai.usage(generation.prompt_tokens, sum(n for _, _, n in results))
     rid = oai.new_id("chatcmpl" if chat else "cmpl")
-    return (oai.chat_body if chat else oai.completion_body)(rid, parsed.model, choices, use)
-
-
-def _choices(params: SamplingParams, n: int) -> tuple[SamplingParams, ...]:
-    """One sequence per choice; with a seed, choice i samples with seed + i (as the HTTP
-    edge does), so choices differ and the answer is reproducible."""
-    if n == 1:
-        return (params,)
-    return tuple(
-        dataclasses.replace(params, seed=None if params.seed is None else params.seed + i)
-        for i in range(n)
-    )
+    return (oai.chat_body if chat else oai.completion_body)(rid, parsed.model, answers, use)
 
 
 async def _collect(stream: GenerationStream) -> tuple[str, str, int]:

@@ -293,3 +293,17 @@ def _add_bias(row: torch.Tensor, bias: tuple[tuple[int, float], ...]) -> None:
 
     ids = torch.tensor([token for token, _ in bias], dtype=torch.long)
     row.index_add_(0, ids, torch.tensor([value for _, value in bias], dtype=row.dtype))
+
+
+def choice_params(params: SamplingParams, n: int) -> tuple[SamplingParams, ...]:
+    """One sequence per choice (the HTTP routes' and the queue consumer's). With a seed,
+    choice i samples with seed + i, modulo 2**64, so the choices differ and the answer is
+    reproducible. torch's manual_seed takes [-2**63, 2**64 - 1] and maps a negative seed s
+    to s + 2**64, so this is the same generator as seed + i wherever that was in range,
+    and never past the top: a seed of 2**64 - 1 with n=2 was a 500."""
+    if n == 1:
+        return (params,)
+    return tuple(
+        dataclasses.replace(params, seed=None if params.seed is None else (params.seed + i) % 2**64)
+        for i in range(n)
+    )

@@ -15,7 +15,7 @@ from podserve.core.ids import accept_request_id
 from podserve.dataplane import DataPlane
 from podserve.httpedge.decoding import BodyDecoding
 from podserve.server.cut import InflightRequests, cut_event, cut_response, log_cut
-from podserve.server.errors import error_response, openai_error_response
+from podserve.server.errors import error_response, openai_error_body, openai_error_response
 from podserve.server.http import (
     ClientGone,
     Message,
@@ -149,7 +149,7 @@ class App:
             message = f"method {method} not allowed on {path}; use {allowed}"
             body: dict[str, object] = {"error": message}
             if openai:
-                body = _openai_body(message, "invalid_request_error", "method_not_allowed")
+                body = openai_error_body(message, "invalid_request_error", "method_not_allowed")
             return json_response(405, body, [(b"allow", allowed.encode())])
         return route, params, model
 
@@ -242,7 +242,7 @@ class App:
         except Exception:
             errlog.exception("unhandled error", extra={"request_id": request.request_id})
             if route.openai:  # the openai SDK reads only its own error object
-                body = _openai_body(INTERNAL_ERROR, "server_error", "internal_error")
+                body = openai_error_body(INTERNAL_ERROR, "server_error", "internal_error")
                 return json_response(500, body)
             return json_response(500, {"error": INTERNAL_ERROR})
 
@@ -356,11 +356,6 @@ class App:
                     "duration_ms": round(elapsed * 1000, 3),
                 },
             )
-
-
-def _openai_body(message: str, kind: str, code: str) -> dict[str, object]:
-    # OpenAI's error object, as server/errors.py's openai_error shapes a domain error's
-    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:

@@ -75,9 +75,13 @@ def openai_error(error: PodserveError) -> dict[str, object]:
         503: "service_unavailable",
         504: "timeout",
     }.get(status_of(error), "server_error")
-    return {
-        "error": {"message": error.message, "type": kind, "param": None, "code": code_of(error)}
-    }
+    return openai_error_body(error.message, kind, code_of(error))
+
+
+def openai_error_body(message: str, kind: str, code: str | None) -> dict[str, object]:
+    """OpenAI's error object from its parts, for errors that are not a PodserveError (an
+    unhandled exception, the route table's 405)."""
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
 
 def openai_error_response(error: PodserveError) -> Response:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -15,7 +14,7 @@ import numpy as np
 
 from podserve.core.errors import InvalidInput, PodserveError
 from podserve.dataplane import CallContext, DataPlane, GenerateRequest, Generation
-from podserve.generation.sampling import UNTIL_CONTEXT_FULL, SamplingParams
+from podserve.generation.sampling import UNTIL_CONTEXT_FULL, SamplingParams, choice_params
 from podserve.generation.stream import TokenEvent
 from podserve.httpedge.decoding import BodyDecoding
 from podserve.protocol.openai import completions as oai
@@ -93,7 +92,7 @@ class OpenAIRoutes:
             GenerateRequest(
                 model=parsed.model,
                 prompt=parsed.prompt_text(),
-                sequences=_choices(params, parsed.n),
+                sequences=choice_params(params, parsed.n),
             ),
             _call(request, "openai.completions"),
         )
@@ -108,7 +107,7 @@ class OpenAIRoutes:
         params = _params(parsed, parsed.token_limit, default=UNTIL_CONTEXT_FULL)
         generation = await self._dataplane.generate(
             GenerateRequest(
-                model=parsed.model, messages=messages, sequences=_choices(params, parsed.n)
+                model=parsed.model, messages=messages, sequences=choice_params(params, parsed.n)
             ),
             _call(request, "openai.chat"),
         )
@@ -132,7 +131,7 @@ class OpenAIRoutes:
             results = await asyncio.gather(*tasks)
         finally:  # one choice failed, or the client left: end them all
             await streams_io.close_all(streams, tasks)
-        echo = _echo(parsed)
+        echo = parsed.echo_text()
         choices = []
         for text, finish, tokens in results:
             text = echo + text
@@ -163,7 +162,7 @@ class OpenAIRoutes:
                 for index in range(len(streams)):
                     role = {"role": "assistant", "content": ""}
                     yield oai.chat_chunk(rid, model, created, role, None, index=index)
-            elif echo := _echo(parsed):  # the prompt first, as vLLM streams an echo
+            elif echo := parsed.echo_text():  # the prompt first, as vLLM streams an echo
                 for index in range(len(streams)):
                     yield oai.completion_chunk(rid, model, created, echo, None, index=index)
             try:
@@ -222,27 +221,6 @@ def _decode_chat(body: bytes) -> tuple[oai.ChatRequest, list[dict[str, str]]]:
     return parsed, parsed.chat()
 
 
-def _choices(params: SamplingParams, n: int) -> tuple[SamplingParams, ...]:
-    """One sequence per choice. With a seed, choice i samples with seed + i, so the choices
-    differ and the response is still reproducible."""
-    if n == 1:
-        return (params,)
-    return tuple(
-        dataclasses.replace(
-            params, seed=None if params.seed is None else choice_seed(params.seed, i)
-        )
-        for i in range(n)
-    )
-
-
-def choice_seed(seed: int, index: int) -> int:
-    """Choice `index`'s seed: seed + index, modulo 2**64. torch's manual_seed takes
-    [-2**63, 2**64 - 1] and maps a negative seed s to s + 2**64, so this is the same
-    generator as seed + index wherever that was in range, and never past the top (a
-    seed of 2**64 - 1 with n=2 was a 500)."""
-    return (seed + index) % 2**64
-
-
 def _params(
     parsed: oai.CompletionRequest | oai.ChatRequest, max_tokens: int | None, *, default: int
 ) -> SamplingParams:
@@ -253,13 +231,6 @@ def _params(
         logit_bias=parsed.logit_biases(),
         fit_context=max_tokens is None,
     )
-
-
-def _echo(parsed: oai.CompletionRequest | oai.ChatRequest) -> str:
-    """The prompt, for a completion that asked for it back (`echo`) before its text."""
-    if isinstance(parsed, oai.CompletionRequest) and parsed.echo:
-        return parsed.prompt_text()
-    return ""
 
 
 def _logprob_entry(generation: Generation, event: TokenEvent) -> oai.LogprobEntry | None:

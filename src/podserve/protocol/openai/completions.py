@@ -77,6 +77,11 @@ class _Sampling(SamplingFields):
             # vLLM's words: "Stream options can only be defined when `stream=True`."
             raise InvalidInput("'stream_options' can only be set when 'stream' is true")
 
+    def echo_text(self) -> str:
+        """What comes before a choice's text: the prompt, for a completion that asked
+        for it back (`echo`); nothing for chat."""
+        return ""
+
     def logit_biases(self) -> tuple[tuple[int, float], ...]:
         """logit_bias as (token id, bias); the ids are checked against the model's
         vocabulary at admission (generation/worker.py)."""
@@ -144,6 +149,9 @@ class CompletionRequest(_Sampling):
 
     def prompt_text(self) -> str:
         return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+
+    def echo_text(self) -> str:
+        return self.prompt_text() if self.echo else ""
 
 
 class ChatMessage(BaseModel):
