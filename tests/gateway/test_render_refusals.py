@@ -30,7 +30,8 @@ def _spec_with(edit: Any) -> str:  # YAML data: the example spec, edited
 
 def test_fail_open_must_divide_the_budget_by_every_replica_the_hpa_may_run() -> None:
     """Each replica admits budget ÷ failOpen.replicas while the store is down: with the
-    HPA allowed 8 replicas and the divisor left at 1, the gateway could spend 8 budgets."""
+    HPA allowed 8 replicas, a rolling update's surge pod beside them, and the divisor left
+    at 1, the gateway could spend 9 budgets; 8 (the HPA's ceiling alone) is still short."""
 
     def fail_open(replicas: int | None) -> Any:
         def edit(spec: dict[str, Any]) -> None:
@@ -40,19 +41,21 @@ def test_fail_open_must_divide_the_budget_by_every_replica_the_hpa_may_run() -> 
 
         return edit
 
-    for divisor in (None, 2, 7):
+    for divisor in (None, 2, 7, 8):
         shown = 1 if divisor is None else divisor
         with pytest.raises(
-            InvalidInput, match=rf"failOpen\.replicas is {shown} but maxReplicas is 8"
+            InvalidInput,
+            match=rf"failOpen\.replicas is {shown} but maxReplicas is 8, and a rolling "
+            rf"update adds 1 pod: .* so 9 replicas .* at least 9",
         ):
             _render(_spec_with(fail_open(divisor)))
-    hpa = next(
-        o for o in _render(_spec_with(fail_open(8))) if o["kind"] == "HorizontalPodAutoscaler"
-    )
+    rendered = _render(_spec_with(fail_open(9)))
+    hpa = next(o for o in rendered if o["kind"] == "HorizontalPodAutoscaler")
     assert hpa["spec"]["maxReplicas"] == 8  # refused, never rewritten: the user's ceiling stays
-    rendered = _render(_spec_with(fail_open(8)))
+    deployment = next(o for o in rendered if o["kind"] == "Deployment")
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxSurge"] == 1  # the pod counted
     config = next(o for o in rendered if o["kind"] == "ConfigMap")["data"]["gateway.yaml"]
-    assert load_gateway_config(config).fail_open.replicas == 8
+    assert load_gateway_config(config).fail_open.replicas == 9
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from podserve.config.gateway_spec import Gateway
 from podserve.kube import conventions as c
 from podserve.kube.order import in_apply_order
 from podserve.kube.render.checkov import checkov_skips
-from podserve.kube.render.gateway_checks import check_gateway, most_replicas
+from podserve.kube.render.gateway_checks import ROLLOUT_SURGE, check_gateway, most_replicas
 from podserve.kube.render.gateway_monitoring import gateway_monitoring
 from podserve.kube.render.pod import container_security, pod_security
 from podserve.kube.types import Manifest
@@ -114,7 +114,7 @@ def _deployment(gw: Gateway, config_text: str) -> Manifest:
             "selector": {"matchLabels": _selector(gw)},
             "strategy": {
                 "type": "RollingUpdate",
-                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+                "rollingUpdate": {"maxSurge": ROLLOUT_SURGE, "maxUnavailable": 0},
             },
             "template": {
                 "metadata": {

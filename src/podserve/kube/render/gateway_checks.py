@@ -31,9 +31,13 @@ def check_gateway(gw: Gateway, env_names: list[str]) -> None:
         raise InvalidInput(f"Gateway {gw.metadata.name}: {'; '.join(problems)}")
 
 
+# The gateway Deployment's rolling update (render/gateway.py): one new pod is started
+# before an old one stops, so a rollout at the HPA's ceiling runs maxReplicas + 1 pods.
+ROLLOUT_SURGE = 1
+
+
 def most_replicas(gw: Gateway) -> int:
-    """The most gateway pods the rendered objects let run at once in steady state: the
-    HPA's maxReplicas (always rendered; the spec model keeps it >= replicas)."""
+    """The HPA's maxReplicas (always rendered; the spec model keeps it >= replicas)."""
     return max(gw.spec.max_replicas, gw.spec.replicas)
 
 
@@ -41,16 +45,19 @@ def _fail_open(gw: Gateway) -> list[str]:
     # While the store is down each replica admits on its own, up to budget ÷
     # failOpen.replicas (docs/gateway.md "Fail-open"). If the HPA may run more pods than
     # that divisor, the replicas together admit up to maxReplicas ÷ failOpen.replicas
-    # times the budget. The user's number is not raised silently: it is their statement
-    # of how the budget is shared, and they may prefer a lower maxReplicas.
+    # times the budget. The surge pod counts: an outage during a rollout (a config change
+    # rolls every pod) is as likely as one at any other time, and the budget is a hard
+    # limit. The user's number is not raised silently: it is their statement of how the
+    # budget is shared, and they may prefer a lower maxReplicas.
     fail_open = gw.spec.config.fail_open
-    most = most_replicas(gw)
+    most = most_replicas(gw) + ROLLOUT_SURGE
     if not fail_open.enabled or fail_open.replicas >= most:
         return []
     return [
-        f"config.failOpen.replicas is {fail_open.replicas} but maxReplicas is {most}: "
-        f"during a store outage each replica admits budget ÷ {fail_open.replicas}, so "
-        f"{most} replicas could spend {most / fail_open.replicas:g} times the budget; set "
+        f"config.failOpen.replicas is {fail_open.replicas} but maxReplicas is "
+        f"{most - ROLLOUT_SURGE}, and a rolling update adds {ROLLOUT_SURGE} pod: during a "
+        f"store outage each replica admits budget ÷ {fail_open.replicas}, so {most} "
+        f"replicas could spend {most / fail_open.replicas:g} times the budget; set "
         f"config.failOpen.replicas to at least {most}, or lower maxReplicas"
     ]
 
