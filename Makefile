@@ -50,8 +50,12 @@ imports: $(VENV)/.dev-installed
 checkov: $(VENV)/.dev-installed
 	bash scripts/checkov-examples.sh
 
+# Two workers by default: most tests wait on the servers they start, so two overlap well
+# even on two cores. --dist loadfile keeps a file's tests (and its module fixtures: started
+# pods, Redis, PostgreSQL) in one worker. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 unit: $(VENV)/.dev-installed
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 bench: $(VENV)/.dev-installed
 	$(BIN)/python benchmarks/run.py
