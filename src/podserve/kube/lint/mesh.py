@@ -36,7 +36,7 @@ ISTIO_INJECTION = "istio-injection"
 LINKERD_INJECT = "linkerd.io/inject"
 
 
-def _namespace(ctx: LintContext, name: str) -> Mapping[str, Any] | None:
+def namespace_meta(ctx: LintContext, name: str) -> Mapping[str, Any] | None:
     """The Namespace object's metadata, or None when it is not among the linted objects."""
     for doc in ctx.of_kind("Namespace"):
         meta = doc.manifest.get("metadata") or {}
@@ -45,14 +45,14 @@ def _namespace(ctx: LintContext, name: str) -> Mapping[str, Any] | None:
     return None
 
 
-def _strings(raw: Any) -> dict[str, str]:
+def strings(raw: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, Mapping) else {}
 
 
 def istio_sidecar(ctx: LintContext, pod: PodView) -> bool:
     """Whether Istio's webhook gives this pod a sidecar (the policy above)."""
-    namespace = _namespace(ctx, pod.namespace)
-    ns_labels = _strings((namespace or {}).get("labels"))
+    namespace = namespace_meta(ctx, pod.namespace)
+    ns_labels = strings((namespace or {}).get("labels"))
     label = pod.labels.get(ISTIO_INJECT)
     if label == "false" or ns_labels.get(ISTIO_INJECTION) == "disabled":
         return False
@@ -67,10 +67,22 @@ def istio_sidecar(ctx: LintContext, pod: PodView) -> bool:
     return webhook and annotation != "false"
 
 
+def istio_revision(ctx: LintContext, pod: PodView) -> str | None:
+    """The istiod revision that programs the pod's sidecar (None: the default one), by
+    the same selectors as the injection webhook: the pod's `istio.io/rev` label, else the
+    Namespace's, unless `istio-injection=enabled` picks the default revision there."""
+    own = pod.labels.get(ISTIO_REV)
+    if own is None and pod.labels.get(ISTIO_INJECT) != "true":
+        ns_labels = strings((namespace_meta(ctx, pod.namespace) or {}).get("labels"))
+        if ns_labels.get(ISTIO_INJECTION) != "enabled":
+            own = ns_labels.get(ISTIO_REV)
+    return None if own in {None, "default"} else own
+
+
 def linkerd_proxy(ctx: LintContext, pod: PodView) -> bool:
     """Whether Linkerd's proxy injector meshes this pod."""
     own = pod.annotations.get(LINKERD_INJECT)
     if own is not None:
         return own in {"enabled", "ingress"}
-    namespace = _namespace(ctx, pod.namespace) or {}
-    return _strings(namespace.get("annotations")).get(LINKERD_INJECT) in {"enabled", "ingress"}
+    namespace = namespace_meta(ctx, pod.namespace) or {}
+    return strings(namespace.get("annotations")).get(LINKERD_INJECT) in {"enabled", "ingress"}

@@ -21,6 +21,23 @@ traffic goes through a mesh proxy:
   every meshed caller, and a meshed ingress proxy (as Linkerd's and Istio's third-party
   ingress guides set it up) adds them. Istio's default policy is not assumed from the
   backend's injection: the route's proxy is not the backend's sidecar.
+
+Istio's ambient mode (ambient.py) moves L7 to the *destination*: an ambient caller's
+ztunnel never retries, and a Service enrolled in a waypoint is retried by that waypoint,
+with the Service's mesh routes (a mesh VirtualService, or a Gateway API route whose
+parentRef is the Service, GAMMA) or else the mesh default policy (meshconfig.py). Before
+Istio 1.30.3 a waypoint applied the default only where some route named the Service
+(istio/istio#60682, fixed by #60683); the default is assumed either way. So:
+
+- a podserve gateway in the ambient mesh (not a sidecar pod) whose pool Service uses a
+  waypoint gets that waypoint's retries; out of the mesh it bypasses the waypoint;
+- a Gateway API route (or gateway-bound VirtualService) to a Service with a waypoint and
+  `istio.io/ingress-use-waypoint: "true"` is retried again by the waypoint, default
+  policy included.
+
+A Gateway API route whose parentRefs are all Services is a mesh route, not an ingress
+layer: the sidecars, or the waypoint, apply its retries to every caller of the parent
+Service, like a mesh VirtualService's (Istio converts it to one).
 """
 
 from __future__ import annotations
@@ -31,17 +48,20 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from podserve.kube.lint.ambient import (
+    Waypoint,
+    ambient_pod,
+    ingress_uses_waypoint,
+    service_waypoint,
+)
 from podserve.kube.lint.context import LintContext
 from podserve.kube.lint.gateway_pods import gateway_config_files, gateway_container
-from podserve.kube.lint.mesh import istio_sidecar, linkerd_proxy
+from podserve.kube.lint.mesh import istio_revision, istio_sidecar, linkerd_proxy
+from podserve.kube.lint.meshconfig import default_retry
 from podserve.kube.lint.pods import PodView
 from podserve.kube.types import Document
 
 ServiceKey = tuple[str, str]  # (namespace, name)
-
-# Istio's retry policy where no VirtualService sets one: `attempts: 2` (istio.io,
-# "Traffic Management" → "Retries"; meshConfig.defaultHttpRetryPolicy can change it).
-ISTIO_DEFAULT_ATTEMPTS = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +103,26 @@ def _mesh_bound(vs: Document) -> bool:
     return not gateways or "mesh" in gateways
 
 
+def _mesh_parents(route: Document) -> list[ServiceKey]:
+    """The Services a GAMMA route is bound to, when all its parentRefs are Services."""
+    refs = (route.manifest.get("spec") or {}).get("parentRefs") or []
+    services = [
+        (str(ref.get("namespace", _ns(route))), str(ref.get("name")))
+        for ref in refs
+        if ref.get("kind") == "Service" and ref.get("group", "") in {"", "core"}
+    ]
+    return services if refs and len(services) == len(refs) else []
+
+
+def _gamma_retries(ctx: LintContext) -> Iterator[tuple[Document, ServiceKey, Any]]:
+    """(route, parent Service, the rule's `retry` stanza) for each rule of a mesh route."""
+    for route in ctx.of_kind("HTTPRoute", "GRPCRoute"):
+        for parent in _mesh_parents(route):
+            for rule in (route.manifest.get("spec") or {}).get("rules") or []:
+                if "retry" in rule:
+                    yield route, parent, rule.get("retry")
+
+
 def route_retries(ctx: LintContext) -> Iterator[tuple[Document, ServiceKey, int]]:
     """Retries made by an ingress or Gateway API proxy, per backend Service."""
     policies: dict[ServiceKey, int] = {}
@@ -92,6 +132,8 @@ def route_retries(ctx: LintContext) -> Iterator[tuple[Document, ServiceKey, int]
             if ref.get("kind") in {"HTTPRoute", "GRPCRoute"} and attempts:
                 policies[(_ns(doc), str(ref.get("name")))] = attempts
     for route in ctx.of_kind("HTTPRoute", "GRPCRoute"):
+        if _mesh_parents(route):
+            continue  # a mesh (GAMMA) route: MeshPolicies counts it
         policy = policies.get((_ns(route), str(_meta(route).get("name"))), 0)
         for rule in (route.manifest.get("spec") or {}).get("rules") or []:
             attempts = _attempts(rule.get("retry")) or policy
@@ -106,9 +148,10 @@ def route_retries(ctx: LintContext) -> Iterator[tuple[Document, ServiceKey, int]
 
 @dataclass(frozen=True, slots=True)
 class MeshPolicies:
-    istio: dict[ServiceKey, MeshRetry]  # retries a mesh VirtualService sets (> 0)
-    istio_set: set[ServiceKey]  # Services whose mesh retries a VirtualService sets (0 too)
+    istio: dict[ServiceKey, MeshRetry]  # retries a mesh VirtualService or GAMMA route sets (> 0)
+    istio_set: set[ServiceKey]  # Services whose mesh retries a route sets (0 too)
     linkerd: dict[ServiceKey, MeshRetry]
+    ingress_waypoint: dict[ServiceKey, MeshRetry]  # waypoints ingress traffic goes through
 
     @classmethod
     def of(cls, ctx: LintContext) -> MeshPolicies:
@@ -125,6 +168,11 @@ class MeshPolicies:
                     istio_set.add(_service_of(host, _ns(vs)))
             for _, key, attempts in _vs_retries(vs):
                 istio[key] = MeshRetry(f"VirtualService {_meta(vs).get('name')}", attempts)
+        for route, key, retry in _gamma_retries(ctx):
+            istio_set.add(key)
+            if _attempts(retry):
+                where = f"{route.manifest.get('kind')} {_meta(route).get('name')}"
+                istio[key] = MeshRetry(where, _attempts(retry))
         linkerd: dict[ServiceKey, MeshRetry] = {}
         for service in ctx.of_kind("Service"):
             annotations = _meta(service).get("annotations") or {}
@@ -132,19 +180,42 @@ class MeshPolicies:
                 limit = str(annotations.get("retry.linkerd.io/limit", "1"))
                 key = (_ns(service), str(_meta(service).get("name")))
                 linkerd[key] = MeshRetry("Linkerd", int(limit) if limit.isdigit() else 1)
-        return cls(istio, istio_set, linkerd)
+        mesh = cls(istio, istio_set, linkerd, {})
+        for _, key, _ in route_retries(ctx):
+            waypoint = service_waypoint(ctx, key)
+            if waypoint is not None and ingress_uses_waypoint(ctx, key):
+                inner = mesh.at_waypoint(ctx, waypoint, key)
+                if inner.attempts > 0:
+                    mesh.ingress_waypoint[key] = inner
+        return mesh
 
     def configured(self, key: ServiceKey) -> MeshRetry | None:
-        """Retries the mesh is told to make for the Service, in any meshed caller."""
-        return self.istio.get(key) or self.linkerd.get(key)
+        """Retries the mesh is told to make for the Service, in any meshed caller, or
+        that its waypoint makes on ingress traffic."""
+        return self.ingress_waypoint.get(key) or self.istio.get(key) or self.linkerd.get(key)
+
+    def _istio(self, key: ServiceKey, default: tuple[str, int]) -> MeshRetry | None:
+        if key in self.istio:
+            return self.istio[key]
+        return None if key in self.istio_set else MeshRetry(*default)
+
+    def at_waypoint(self, ctx: LintContext, waypoint: Waypoint, key: ServiceKey) -> MeshRetry:
+        """Retries the Service's waypoint makes (0 when a route turns them off)."""
+        inner = self._istio(key, default_retry(ctx, waypoint.revision))
+        source, attempts = (inner.where, inner.attempts) if inner else ("retries: 0", 0)
+        where = f"waypoint {waypoint.named_from(key[0])} of Service {key[0]}/{key[1]}"
+        return MeshRetry(f"{where} ({source})", attempts)
 
     def in_caller(self, ctx: LintContext, pod: PodView, key: ServiceKey) -> MeshRetry | None:
-        """Retries the pod's own outbound proxy makes to the Service."""
+        """Retries the pod's own outbound proxy, or the waypoint its ztunnel sends the
+        Service's traffic to, makes to the Service."""
         if istio_sidecar(ctx, pod):
-            if key in self.istio:
-                return self.istio[key]
-            if key not in self.istio_set:
-                return MeshRetry("Istio's default retry policy", ISTIO_DEFAULT_ATTEMPTS)
+            inner = self._istio(key, default_retry(ctx, istio_revision(ctx, pod)))
+            if inner is not None:
+                return inner
+        if ambient_pod(ctx, pod):
+            waypoint = service_waypoint(ctx, key)
+            return None if waypoint is None else self.at_waypoint(ctx, waypoint, key)
         if linkerd_proxy(ctx, pod):
             return self.linkerd.get(key)
         return None
@@ -182,7 +253,7 @@ def gateway_layer_hits(
     ctx: LintContext, mesh: MeshPolicies
 ) -> Iterator[tuple[PodView, str, str, float, MeshRetry]]:
     """(gateway pod, pool, Service, retryBudgetRatio, the sidecar's retries) for each
-    pool the podserve gateway retries through its own mesh proxy."""
+    pool the podserve gateway retries through its mesh proxy or the pool's waypoint."""
     known = {(_ns(s), str(_meta(s).get("name"))) for s in ctx.of_kind("Service")}
     for pod in ctx.pods:
         gateway = gateway_container(pod)

@@ -154,7 +154,7 @@ def _two_layers(ctx: LintContext) -> Iterator[Hit]:
             pod.document,
             f"{pod.pod_path.removesuffix('spec')}metadata",
             f"the podserve gateway retries pool {pool} (retryBudgetRatio {ratio:g}) through "
-            f"its own mesh proxy, where {inner.where} retries {service} {inner.attempts} "
+            f"the mesh, where {inner.where} retries {service} {inner.attempts} "
             f"times more: a failing pool gets up to {(1 + ratio) * (1 + inner.attempts):g} "
             "times its requests in attempts",
         )
@@ -174,10 +174,16 @@ RETRIES_IN_TWO_LAYERS = Rule(
     "get a sidecar (the Namespace's `istio-injection=enabled` or `istio.io/rev` label, the "
     "pod's `sidecar.istio.io/inject` label), and a Gateway API route's when the mesh is "
     "configured to retry the Service; pool pods with a sidecar behind a gateway without "
-    "one are retried once.",
+    "one are retried once. In Istio's ambient mode the mesh retries at the destination's "
+    "waypoint: a podserve gateway in the ambient mesh (`istio.io/dataplane-mode: ambient`) "
+    "whose pool Service uses a waypoint (`istio.io/use-waypoint` on the Service or its "
+    "Namespace) gets its retries, as does an ingress route to a Service labelled "
+    '`istio.io/ingress-use-waypoint: "true"`. `meshConfig.defaultHttpRetryPolicy` (the '
+    "`istio` ConfigMap's `mesh` key) replaces the default of 2 when it is linted.",
     fix="Retry in one layer only (usually the gateway, with a budget): set the mesh's "
     "retries to 0 for the model service (a VirtualService with `retries: {attempts: 0}`, "
-    "which also replaces Istio's default policy in the podserve gateway's sidecar), and "
+    "which also replaces Istio's default policy in the podserve gateway's sidecar or the "
+    "Service's waypoint, or `defaultHttpRetryPolicy: {attempts: 0}` mesh-wide), and "
     "never retry non-idempotent long generations on timeout.",
     check=_two_layers,
 )
