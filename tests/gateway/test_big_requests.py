@@ -205,14 +205,15 @@ async def test_the_byte_bound_reserves_at_least_the_tokens(
     pods: Pods, tmp_path: Path, gate: Gate
 ) -> None:
     """A key with USD 1 of budget at USD 1 per million input tokens: a prompt of over a
-    million bytes, too long to tokenize, is refused on its byte bound alone."""
+    million bytes, too long to tokenize, is refused on its byte bound alone (a 400: its
+    hold is over the key's whole budget, so no wait could admit it)."""
     async with _in_process(pods, tmp_path, _key_flags=("--budget-usd", "1")) as gw:
         huge = "a" * 1_000_001 + "b" * (counting.MAX_BACKLOG_CHARS)
         response = await gw.client.post(
             "/v1/completions", json=completion(huge), headers=gw.headers
         )
-        assert response.status_code == 429, response.text
-        assert response.json()["error"]["type"] == "insufficient_quota"
+        assert response.status_code == 400, response.text
+        assert "whole budget of 1000000 micro-dollars" in response.json()["error"]["message"]
         assert gate.threads == []
 
 

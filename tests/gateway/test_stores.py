@@ -566,3 +566,26 @@ async def test_redis_a_hold_of_nothing_whose_row_failed_stays_open(
         assert [(r.cost_micro, r.requests) for r in rows] == [(0, 1)]
     finally:
         await store.close()
+
+
+async def test_renewed_leases_do_not_expire_and_settled_ones_stay_gone(store: Store) -> None:
+    """A replica renews the leases of the holds it still has in flight (gateway/leases.py):
+    a renewed hold survives the sweep past its first lease and settles at its real cost;
+    renewing a settled hold brings nothing back. Holds of nothing too (kept in memory)."""
+    now = time.time()
+    priced = _hold(10, 20, limit_micro=1000, lease_s=1.0)
+    nothing = replace(
+        _hold(0, 0, limit_micro=None, lease_s=1.0), plan=HoldPlan(0, 0, 0, Rate(0, 0))
+    )
+    done = _hold(10, 20, limit_micro=1000, lease_s=1.0)
+    for hold in (priced, nothing, done):
+        assert isinstance(await store.reserve(hold), Grant)
+    assert await store.settle(_settle(done, 10, 5))
+    ids = [priced.reservation_id, nothing.reservation_id, done.reservation_id]
+    assert await store.renew_leases(ids, now + 100) == 2
+    assert await store.expire_leases(now + 50) == 0  # past the first lease, not the renewal
+    assert await store.settle(_settle(priced, 10, 7))
+    assert await store.settle(_settle(nothing, 0, 0))
+    assert await store.renew_leases(ids, now + 200) == 0
+    assert await store.expire_leases(now + 300) == 0  # nothing was brought back
+    assert await store.renew_leases([], now) == 0

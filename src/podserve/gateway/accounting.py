@@ -8,9 +8,7 @@ the request closed (503 + Retry-After), or, opted in, falls back to `LocalBudget
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -19,7 +17,10 @@ from functools import partial
 from typing import Any
 
 from podserve.config.gateway_config import GatewayConfig, OnBudgetShort
+from podserve.gateway.asgi import ClientGone
 from podserve.gateway.budget import Grant, HoldPlan, Refusal, RefusalReason, Usage, plan_hold
+from podserve.gateway.budget_wait import Waiters, poll_delays
+from podserve.gateway.client_watch import ClientWatch
 from podserve.gateway.counting import PromptCounting, prompt_counters
 from podserve.gateway.errors import (
     InvalidRequest,
@@ -30,11 +31,13 @@ from podserve.gateway.errors import (
     shown,
 )
 from podserve.gateway.failopen import LocalBudgets
+from podserve.gateway.hold_parts import rate_windows, reservation_id
 from podserve.gateway.key_limits import KeyLimits, key_limits
 from podserve.gateway.keys import KeyRecord, hash_key
-from podserve.gateway.limits import window_at
+from podserve.gateway.leases import OpenHolds
 from podserve.gateway.money import Rate
 from podserve.gateway.prices import price_table
+from podserve.gateway.refusals import refusal_message, refuse_what_never_fits
 from podserve.gateway.store.base import (
     Charge,
     Hold,
@@ -42,12 +45,10 @@ from podserve.gateway.store.base import (
     Outcome,
     Settlement,
     Store,
-    WindowSpec,
 )
 from podserve.gateway.store_calls import StoreCalls
 from podserve.gateway.wire import Billable, Endpoint
 
-_BUDGET_POLL_S = 0.025
 MAX_UNSETTLED = 100_000  # settlements held for retry: a few MB at most
 log = logging.getLogger("podserve.gateway")
 
@@ -65,6 +66,9 @@ class Admission:
     max_tokens: int | None  # the cap forwarded upstream (None: the request has none)
     local: bool  # admitted by LocalBudgets while the store was down
     request_id: str = ""
+    # Its scopes and tpm windows, as refusals name them: its settlement wakes the
+    # requests waiting on them (budget_wait).
+    wakes: tuple[str, ...] = ()
 
 
 class Accounting:
@@ -90,7 +94,8 @@ class Accounting:
         )
         self._keys: dict[str, tuple[KeyRecord, float]] = {}
         self._lookups: dict[str, asyncio.Future[KeyRecord | None]] = {}
-        self._settled = asyncio.Event()  # replaced after each settlement: wakes waiters
+        self.waiters = Waiters()  # requests waiting for budget (budgetWaitS)
+        self.open = OpenHolds(config.defaults.lease_s)  # in flight: leases renewed
         self._local = LocalBudgets(config.fail_open.replicas)
         # Settlements the store did not take (down, or a SQLite file locked by another
         # writer): housekeeping retries them until it does or their lease runs out
@@ -163,40 +168,16 @@ class Accounting:
             found = self._key_limits[key] = key_limits(key, self._config)
         return found
 
-    def _windows(
-        self, limits: KeyLimits, now: float
-    ) -> tuple[tuple[WindowSpec, ...], tuple[WindowSpec, ...]]:
-        if not limits.rates:
-            return (), ()
-        window = window_at(now)
-        rpm = tuple(
-            WindowSpec(window.counter("rpm", s), f"rpm:{s}", r, window.resets_in_s)
-            for s, r, _ in limits.rates
-            if r is not None
-        )
-        tpm = tuple(
-            WindowSpec(window.counter("tpm", s), f"tpm:{s}", t, window.resets_in_s)
-            for s, _, t in limits.rates
-            if t is not None
-        )
-        return rpm, tpm
-
-    def _reservation_id(self) -> str:
-        """Time-ordered, like a UUIDv7: microseconds since the epoch, then 64 random bits.
-
-        The SQLite ledger and reservations tables are keyed by this id; random ids put
-        each insert on a random page of the key's B-tree, so a commit of 20 settlements
-        wrote about 20 index pages to the WAL, and ordered ones append to the last page:
-        16 instead of 23 µs of store CPU per OIP request, 34 instead of 40 per completion,
-        at 20 requests a transaction (`benchmarks/gateway.py --phases store`; the gateway
-        under OIP load commits about 20 a transaction). The random half keeps ids unique
-        across replicas, and a clock stepping back costs only locality.
-        """
-        return f"{int(self._wall() * 1_000_000):016x}{os.urandom(8).hex()}"
-
     async def admit(
-        self, key: KeyRecord, bill: Billable, request_id: str = "", deadline: float | None = None
+        self,
+        key: KeyRecord,
+        bill: Billable,
+        request_id: str = "",
+        deadline: float | None = None,
+        watch: ClientWatch | None = None,
     ) -> Admission:
+        """Reserve the request's hold. `watch`: its client, whose leaving ends a wait for
+        budget (ClientGone; nothing is held, nothing charged)."""
         if not key.allows(bill.model):
             raise ModelForbidden(f"this key may not use model '{shown(bill.model)}'")
         rate = self.rate(bill.model)
@@ -218,12 +199,13 @@ class Accounting:
         # One reading: the budget periods and the rate windows the hold counts in are its,
         # and so is the ledger row's `reserved_at`.
         now = self._wall()
-        rpm, tpm = self._windows(limits, now)
-        _refuse_what_never_fits(plan, tpm)
+        rpm, tpm = rate_windows(limits, now)
+        scopes = limits.scopes_at(now)
+        refuse_what_never_fits(plan, tpm, scopes)
         hold = Hold(
-            reservation_id=self._reservation_id(),
+            reservation_id=reservation_id(self._wall()),
             plan=plan,
-            scopes=limits.scopes_at(now),
+            scopes=scopes,
             rpm=rpm,
             tpm=tpm,
             lease_until=now + self._config.defaults.lease_s,
@@ -232,8 +214,8 @@ class Accounting:
         )
         local = False
         wait_until = self._mono() + self._config.defaults.budget_wait_s
+        polls, waited = poll_delays(), False
         while True:
-            settled = self._settled
             try:
                 decision = await self.calls.call(
                     lambda: self.store.reserve(hold),
@@ -254,23 +236,34 @@ class Accounting:
             ):
                 break
             # Outstanding holds will settle at or below their amount: wait for one (here,
-            # or on another replica: hence the short timeout) instead of a false 429.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(_BUDGET_POLL_S):
-                    await settled.wait()
+            # or on another replica: hence the poll) instead of a false 429.
+            delay = min(next(polls), max(0.0, wait_until - self._mono()))
+            if not waited:  # once a request, not per retry
+                waited = True
+                log.info(
+                    "waiting for budget", extra={"key_id": key.key_id, "scope": decision.scope}
+                )
+            gone = None if watch is None else watch.gone()
+            if not await self.waiters.wait(decision.scope, delay, gone):
+                log.info("client left while waiting for budget", extra={"key_id": key.key_id})
+                raise ClientGone
         if isinstance(decision, Refusal):
             if not local and decision.reason is RefusalReason.BUDGET and not decision.may_fit_later:
                 # Remembered for fail-open: a budget the store said is spent is not
                 # handed out again as a fresh local share while the store is down.
                 self._local.spent(decision.scope, self._mono() + decision.retry_after_s)
             raise OverLimit(
-                _refusal_message(decision), decision.reason.value, decision.retry_after_s
+                refusal_message(decision), decision.reason.value, decision.retry_after_s
             )
         assert isinstance(decision, Grant)
-        if not local and self._config.fail_open.enabled:
-            self._local.known(hold, decision, self._mono())
+        if not local:
+            self.open.add(hold.reservation_id)
+            if self._config.fail_open.enabled:
+                self._local.known(hold, decision, self._mono())
         cap = decision.max_tokens // bill.choices if generates else None
-        return Admission(hold.reservation_id, key, bill.model, rate, prompt, cap, local, request_id)
+        wakes = tuple([s.name for s in scopes]) + tuple([w.name for w in tpm])
+        rid = hold.reservation_id
+        return Admission(rid, key, bill.model, rate, prompt, cap, local, request_id, wakes)
 
     def _release(self, hold: Hold, late: Grant | Refusal) -> None:
         """A reservation granted after its request was refused (the store answered past
@@ -326,8 +319,14 @@ class Accounting:
         try:
             return await self._settle(admission, usage, outcome, upstream, cost)
         finally:
-            self._settled.set()
-            self._settled = asyncio.Event()
+            self.open.discard(admission.reservation_id)
+            self.waiters.wake(admission.wakes)
+
+    async def renew_leases(self) -> int:
+        """Renew the leases of the holds in flight here, when due (housekeeping)."""
+        if not self.open.due(self._mono()):
+            return 0
+        return await self.open.renew(self.store, self._wall(), self._mono())
 
     async def retry_settlements(self) -> int:
         """Settle again what the store did not take; how many are still waiting. A
@@ -370,7 +369,23 @@ class Accounting:
             )
             return cost
         try:
-            await self.calls.call(lambda: self.store.settle(settlement), refusable=False)
+            done = await self.calls.call(lambda: self.store.settle(settlement), refusable=False)
+            if not done:
+                # Its lease ran out first (renewals failed: a store outage, a stalled
+                # replica), and the sweep charged the whole hold: never less than this
+                # cost, so the budget is safe, but the request is overcharged. Logged
+                # with its real usage so that it can be found and refunded.
+                log.warning(
+                    "settled after its lease expired: charged its whole hold instead",
+                    extra={
+                        "reservation_id": admission.reservation_id,
+                        "key_id": admission.key.key_id,
+                        "cost_micro": cost,
+                        "prompt_tokens": usage.prompt_tokens,
+                        "completion_tokens": usage.completion_tokens,
+                        "upstream": upstream,
+                    },
+                )
         except StoreDown:
             # The reservation stays held; retried by housekeeping, and if the store is not
             # back before its lease runs out, the lease charges it in full.
@@ -381,23 +396,3 @@ class Accounting:
             # lease; the request and the others settling with it go on.
             log.exception("settlement failed: the lease will charge the reservation")
         return cost
-
-
-def _refusal_message(refusal: Refusal) -> str:
-    if refusal.reason.value == "budget":
-        return f"budget exhausted for {refusal.scope}"
-    return f"rate limit reached for {refusal.scope}; retry in {refusal.retry_after_s}s"
-
-
-def _refuse_what_never_fits(plan: HoldPlan, tpm: tuple[WindowSpec, ...]) -> None:
-    """A request whose least charge to a tpm window (its prompt and its smallest output
-    cap) is over the window's whole limit can never be admitted: 400 saying so, not a
-    429 whose Retry-After sends the client back every minute for ever."""
-    least = plan.prompt_tokens + plan.min_tokens
-    for window in tpm:
-        if least > window.limit:
-            raise InvalidRequest(
-                f"this request needs at least {least} tokens of {window.name}'s limit of "
-                f"{window.limit} a minute (its prompt and max_tokens): it can never be "
-                "admitted; send a shorter prompt or a smaller max_tokens"
-            )

@@ -15,15 +15,17 @@ import logging
 import time
 from collections.abc import Mapping
 from functools import partial
+from typing import Any
 
 import orjson
 
 from podserve.config.egress_proxy import NO_PROXIES, ProxySettings
 from podserve.config.gateway_config import GatewayConfig
 from podserve.gateway.accounting import Accounting, Admission
-from podserve.gateway.asgi import App, Call, Headers, Reply, Routes
+from podserve.gateway.asgi import App, Call, ClientGone, Reply, Routes
 from podserve.gateway.body_parse import BodyParser
 from podserve.gateway.budget import Usage
+from podserve.gateway.client_watch import ClientWatch
 from podserve.gateway.errors import (
     GatewayError,
     InvalidRequest,
@@ -31,26 +33,28 @@ from podserve.gateway.errors import (
     UnknownModel,
     shown,
 )
-from podserve.gateway.forward import UPSTREAM_ERRORS, Attempted, Forwarder, upstream_failed
+from podserve.gateway.exchange import (
+    Exchange,
+    settle,
+    settle_failed,
+    stream,
+    unary_reply,
+    unless_gone,
+)
+from podserve.gateway.forward import Forwarder
 from podserve.gateway.housekeeping import housekeep
 from podserve.gateway.inflight import InFlight, Ticket
 from podserve.gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from podserve.gateway.oip_routes import OipRoutes
-from podserve.gateway.relay import relay_stream
 from podserve.gateway.retry_budget import RetryBudget
 from podserve.gateway.routing import Router
 from podserve.gateway.scrape import Scraper
-from podserve.gateway.sse import EventRelay, StreamTally
 from podserve.gateway.store.base import Outcome, Store
-from podserve.gateway.upstream_http import Header, ResponseTooLarge
-from podserve.gateway.usage import billed_usage, held_usage
+from podserve.gateway.upstream_http import Header
 from podserve.gateway.wire import (
-    BINARY_JSON_LENGTH,
     NOT_IN_POOLS,
     OVERHEAD,
     OVERHEAD_HEADER,
-    REQUEST_ID,
-    UPSTREAM,
     V2_BODY_HEADERS,
     BadRequest,
     Billable,
@@ -217,30 +221,61 @@ class Gateway:
         self, call: Call, endpoint: Endpoint, started: float, ticket: Ticket
     ) -> Reply | None:
         rid = request_id(call.header(b"x-request-id"))
+        watch = ClientWatch(call.receive)  # started only if something waits (client_watch)
         deadline = self.accounting.deadline()  # the store's, over lookup and reservation
         try:
             key = await self.accounting.authenticate(call.header(b"authorization"), deadline)
             reading = time.monotonic()
             raw = await self._body(call, ticket)
             deadline += time.monotonic() - reading  # the client's upload is not store time
+            parsed: dict[str, Any] = {}
             if endpoint is Endpoint.V2:
                 # OIP bodies are forwarded byte for byte: nothing in them is billed.
                 model = call.params["model"]
                 bill = Billable(model, endpoint, False, False, None, "", 1, (), 0)
-                body = raw
             else:
                 parsed, bill = await self.parser.parse(raw, endpoint)
             if not self.router.knows(bill.model, hosted=endpoint is not Endpoint.V2):
                 where = NOT_IN_POOLS if endpoint is Endpoint.V2 else "is not served by this gateway"
                 raise UnknownModel(f"model '{shown(bill.model)}' {where}")
-            admission = await self.accounting.admit(key, bill, rid, deadline)
+            admission = await self.accounting.admit(key, bill, rid, deadline, watch)
         except BadRequest as exc:
+            watch.stop()
             return self.refuse(InvalidRequest(str(exc)), started, endpoint is Endpoint.V2)
         except GatewayError as exc:
+            watch.stop()  # it waited for budget in vain
             return self.refuse(exc, started, endpoint is Endpoint.V2)
+        except BaseException:
+            watch.stop()
+            raise
+        ex = Exchange(admission, bill, watch)
+        holder = [parsed]  # `_forward` drops the parsed body as soon as it is re-encoded
+        del parsed
+        try:
+            return await self._forward(call, endpoint, started, rid, ex, raw, holder)
+        except BaseException as exc:
+            if not ex.settled:
+                await settle_failed(self, ex, exc)
+            raise
+        finally:
+            watch.stop()
+
+    async def _forward(
+        self,
+        call: Call,
+        endpoint: Endpoint,
+        started: float,
+        rid: str,
+        ex: Exchange,
+        raw: bytes,
+        holder: list[dict[str, Any]],
+    ) -> Reply | None:
+        admission, bill = ex.admission, ex.bill
+        parsed = holder.pop()
         renamed = None
         passed: list[Header] = []
         if endpoint is Endpoint.V2:
+            body = raw
             passed = call.headers_named(V2_BODY_HEADERS)
         else:
             force_usage = bill.stream and endpoint is not Endpoint.EMBEDDINGS
@@ -250,110 +285,32 @@ class Gateway:
             if self.router.renamed(bill.model):
                 renamed = partial(forwarded_body, parsed, bill, admission.max_tokens, force_usage)
             del parsed  # a big body's objects go now, not when its response has been relayed
+        if ex.watch.left:  # it left while waiting for budget: nothing sent, nothing charged
+            raise ClientGone
+        ex.sent = True
         try:
-            attempt = await self.forwarder.send(
-                bill.model, call.path, body, rid, renamed=renamed, passed=passed
+            attempt = await unless_gone(
+                ex.watch,
+                self.forwarder.send(
+                    bill.model, call.path, body, rid, renamed=renamed, passed=passed
+                ),
             )
         except GatewayError as exc:
-            await self._settle(admission, Usage(0, 0), Outcome.ERROR, "", exc.status)
+            await settle(self, ex, Usage(0, 0), Outcome.ERROR, "", exc.status)
             return self.refuse(exc, started, endpoint is Endpoint.V2)
+        ex.upstream = attempt.target.upstream
         response = attempt.response
         is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
         if response.status == 200 and is_sse:
-            await self._stream(call, attempt, admission, bill, started, rid)
+            await stream(self, call, ex, attempt, started, rid)
             return None
-        try:
-            content = await response.read(self.config.max_response_bytes)
-        except (*UPSTREAM_ERRORS, ResponseTooLarge) as exc:
-            self.forwarder.finished(attempt, False)
-            # Too large: the upstream did the work, and its usage is in the body not read.
-            usage = (
-                held_usage(admission.prompt_tokens, admission.max_tokens, bill.choices)
-                if isinstance(exc, ResponseTooLarge)
-                else Usage(0, 0)
-            )
-            await self._settle(admission, usage, Outcome.ERROR, attempt.target.upstream, 502)
-            return self.refuse(upstream_failed(exc), started, endpoint is Endpoint.V2)
-        finally:
-            response.release()
-        upstream_s = attempt.upstream_s
-        self.forwarder.finished(attempt, response.status < 500)
-        outcome = Outcome.ERROR if response.status >= 400 else Outcome.OK
-        if endpoint is Endpoint.V2 or outcome is Outcome.ERROR:
-            # v2: no tokens to bill (the body is not parsed); an error generated nothing
-            usage = Usage(0, 0)
-        else:
-            usage = billed_usage(
-                content, admission.prompt_tokens, admission.max_tokens, bill.choices
-            )
-        reply = self.json_reply(
-            content,
-            response.status,
-            started,
-            upstream_s,
-            response.headers.get("content-type", "application/json"),
-        )
-        upstream = attempt.target.upstream
-        reply.headers += ((UPSTREAM, upstream.encode()), (REQUEST_ID, rid.encode()))
-        binary_json = response.headers.get(BINARY_JSON_LENGTH.decode())
-        if endpoint is Endpoint.V2 and binary_json is not None:
-            reply.headers.append((BINARY_JSON_LENGTH, binary_json.encode("latin-1")))
-        status = response.status
-
-        async def settle() -> None:
-            # After the body is sent: the store's round trip is not the client's wait.
-            await self._settle(admission, usage, outcome, upstream, status)
-
-        reply.after = settle
-        return reply
-
-    async def _stream(
-        self,
-        call: Call,
-        attempt: Attempted,
-        admission: Admission,
-        bill: Billable,
-        started: float,
-        rid: str,
-    ) -> None:
-        upstream = attempt.target.upstream
-
-        async def finish(outcome: Outcome, tally: StreamTally) -> None:
-            self.forwarder.finished(attempt, True)
-            if tally.usage is not None:
-                # Never less than was relayed: an upstream that reports its usage and
-                # then goes on sending tokens was billed for the tokens before it only.
-                reported = tally.usage
-                completion = max(reported.completion_tokens, tally.tokens_sent)
-                usage, final = Usage(reported.prompt_tokens, completion), Outcome.OK
-            elif outcome is Outcome.CANCELLED:
-                usage, final = Usage(admission.prompt_tokens, tally.tokens_sent), outcome
-            else:  # finished without a usage chunk: charge the whole hold
-                held = held_usage(admission.prompt_tokens, admission.max_tokens, bill.choices)
-                usage, final = held, Outcome.OK
-            await self._settle(admission, usage, final, upstream, 200)
-
-        overhead_ms = (time.perf_counter() - started - attempt.upstream_s) * 1000
-        self.metrics.overhead.observe(overhead_ms / 1000)
-        headers: Headers = [
-            (OVERHEAD, f"{overhead_ms:.3f}".encode()),
-            (UPSTREAM, upstream.encode()),
-            (REQUEST_ID, rid.encode()),
-            (b"cache-control", b"no-cache"),
-        ]
-        await relay_stream(
-            attempt.response,
-            EventRelay(bill.wants_usage),
-            headers,
-            finish,
-            call.receive,
-            call.send,
-        )
+        return await unary_reply(self, ex, attempt, endpoint, started, rid)
 
     # --- helpers ---------------------------------------------------------------------
-    async def _settle(
+    async def settle_admitted(
         self, admission: Admission, usage: Usage, outcome: Outcome, upstream: str, code: int
     ) -> None:
+        """Settle and count the request (`exchange` settles each admission once)."""
         cost = await self.accounting.settle(admission, usage, outcome, upstream)
         key = admission.key
         labels = (key.namespace, key.team, admission.model)

@@ -121,15 +121,10 @@ def grant(
             continue
         n = min(n, plan.rate.max_output_within(avail, plan.prompt_tokens))
         if n < plan.min_tokens:
-            # Outstanding reservations will settle (usually below their hold): worth a
-            # retry soon. A budget spent outright comes back only with its next period.
-            pending = scope.reserved_micro > 0
-            return Refusal(
-                RefusalReason.BUDGET,
-                scope.name,
-                budget_retry_after_s(scope.refills_in_s, pending),
-                pending,
-            )
+            assert scope.limit_micro is not None  # avail is None without one
+            unheld = scope.limit_micro - scope.committed_micro
+            fits = plan.rate.max_output_within(unheld, plan.prompt_tokens) >= plan.min_tokens
+            return budget_refusal(scope.name, scope.refills_in_s, scope.reserved_micro, fits)
     unspent = tuple(
         None if s.limit_micro is None else s.limit_micro - s.committed_micro for s in budgets
     )
@@ -162,6 +157,21 @@ def tpm_refusal(name: str, resets_in_s: float, held: int) -> Refusal:
     if held > 0:
         return Refusal(RefusalReason.TPM, name, 1, may_fit_later=True)
     return Refusal(RefusalReason.TPM, name, _ceil_s(resets_in_s))
+
+
+def budget_refusal(
+    scope: str, refills_in_s: float | None, reserved_micro: int, fits_unheld: bool
+) -> Refusal:
+    """A scope too short for the request. Outstanding reservations will settle (usually
+    below their hold), so it is worth a wait and a retry soon, but only if the request
+    would fit once every one of them had settled at nothing (`fits_unheld`: its least
+    hold within limit - committed). Otherwise no settlement can make room: before, any
+    hold outstanding made it wait its whole `budgetWaitS` for a certain 429. A budget
+    spent outright comes back only with its next period."""
+    pending = reserved_micro > 0 and fits_unheld
+    return Refusal(
+        RefusalReason.BUDGET, scope, budget_retry_after_s(refills_in_s, pending), pending
+    )
 
 
 def budget_retry_after_s(refills_in_s: float | None, pending: bool) -> int:

@@ -21,6 +21,7 @@ third of aiohttp's (measured in that module's docstring), which spent a tenth of
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -163,6 +164,11 @@ class Forwarder:
                 payload = bodies[name] = renamed(name) if found is None else found
             try:
                 response = await self._client.request(verb, url, payload, headers)
+            except asyncio.CancelledError:
+                # Its client left (exchange.unless_gone): no failure of the endpoint's,
+                # but its in-flight count and a half-open breaker's probe must end.
+                self._router.on_finish(target, True, time.monotonic())
+                raise
             except UPSTREAM_ERRORS as exc:
                 self._router.on_finish(target, False, time.monotonic())
                 error = f"{target.upstream}: {type(exc).__name__}"

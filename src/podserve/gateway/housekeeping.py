@@ -1,6 +1,6 @@
-"""The gateway's background round: leases that ran out are charged, charges made while
-the store was down are recorded, settlements it did not take are retried, and the
-ledger's batched writes are drained."""
+"""The gateway's background round: the leases of holds in flight here are renewed, leases
+that ran out are charged, charges made while the store was down are recorded,
+settlements it did not take are retried, and the ledger's batched writes are drained."""
 
 from __future__ import annotations
 
@@ -23,8 +23,12 @@ async def housekeep(accounting: Accounting, lease_s: float) -> None:
     while True:
         await asyncio.sleep(0.2)  # a period, not synchronisation
         try:
+            # Renewed before the sweep: a hold still in flight here is never its victim
+            # (leases.py); only a stopped replica's holds run out.
+            await accounting.renew_leases()
             if time.monotonic() - last_lease >= lease_every_s:
-                await store.expire_leases(time.time())
+                if await store.expire_leases(time.time()):
+                    accounting.waiters.wake_all()  # room made outside a settlement here
                 last_lease = time.monotonic()
             await accounting.flush_offline()
             await accounting.retry_settlements()

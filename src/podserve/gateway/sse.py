@@ -3,12 +3,14 @@
 Events are split on the blank line that ends each one (WHATWG HTML, "server-sent
 events"). Each `data:` payload counts one token per choice (its text even if empty): vLLM
 and podserve stream one token per chunk (vllm/entrypoints/openai/serving_completion.py),
-so that is what a client that walks away has been sent. The usage chunk the gateway asked
-for (`choices: []` plus `usage`) is recorded and, when the client did not ask for it,
-dropped. Usage is read as the non-streamed path reads it (`usage.usage_of`: counts only,
-bounded), and of several usage chunks the largest counts are kept: a server reporting
-cumulative usage in every chunk (vLLM's `continuous_usage_stats`) ends with the largest,
-and a later chunk of zeros no longer made a request free.
+so that is what a client that walks away has been sent. A chat chunk counts whatever
+generated output its delta carries: content, reasoning, a tool call, a refusal. The usage
+chunk the gateway asked for (`choices: []` plus `usage`) is recorded and, when the client
+did not ask for it, dropped. Usage is read as the non-streamed path reads it
+(`usage.usage_of`: counts only, bounded, completion tokens required), and of several usage
+chunks the largest counts are kept: a server reporting cumulative usage in every chunk
+(vLLM's `continuous_usage_stats`) ends with the largest, and a later chunk of zeros no
+longer made a request free.
 
 Events are found with one scan per read that starts where the last one stopped, and the
 buffer is cut once per read: cutting it once per event copied the rest each time, and a
@@ -86,7 +88,7 @@ class EventRelay:
             self.tally.tokens_sent += sum(1 for c in choices if _carries_token(c))
         usage = payload.get("usage")
         if isinstance(usage, dict):
-            reported = usage_of(usage)
+            reported = usage_of(usage, generates=True)  # streams: completions and chat
             if reported is not None:
                 kept = self.tally.usage
                 self.tally.usage = (
@@ -102,15 +104,31 @@ class EventRelay:
         return True
 
 
+# A chat delta's fields that carry generated output. A tool call's name and arguments
+# (vLLM's tool parsers, OpenAI), reasoning (vLLM's reasoning parsers: `reasoning`, which
+# "used to be called `reasoning_content`", docs.vllm.ai "Reasoning Outputs"; both are
+# sent), a refusal and the legacy `function_call` are tokens the model generated as much
+# as `content` is: a cancelled stream of tool-call or reasoning deltas counted only
+# `content` and was charged no output at all.
+_GENERATED = ("content", "reasoning_content", "reasoning", "refusal", "tool_calls", "function_call")
+
+
 def _carries_token(choice: object) -> bool:
-    """One generated token per chunk, even when its text is empty (a partial UTF-8
-    character, a special token); chat's opening role-only delta carries none."""
+    """One generated token per chunk and choice, even when its text is empty (a partial
+    UTF-8 character, a special token). Chat's opening delta names the role and carries
+    none (vLLM: `content: ""`; OpenAI: `content: ""`, `refusal: null`), unless it also
+    carries some output; a null field carries nothing."""
     if not isinstance(choice, dict):
         return False
     if isinstance(choice.get("text"), str):
         return True
     delta = choice.get("delta")
-    return isinstance(delta, dict) and "content" in delta and "role" not in delta
+    if not isinstance(delta, dict):
+        return False
+    values = [delta.get(field) for field in _GENERATED]
+    if "role" in delta:
+        return any(values)  # the opener: only what is not empty
+    return any(v is not None and v != [] for v in values)
 
 
 # The blank line that ends an event, in any of the three line endings.

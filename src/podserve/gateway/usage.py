@@ -8,11 +8,12 @@ is parsed, found from the end: OpenAI-compatible servers (vLLM, OpenAI, podserve
 after `data`/`choices`, and the byte sequence `"usage"` followed by `:` cannot occur
 inside a JSON string (its quotes would be escaped), only as a key.
 
-A response that reports no usage (or whose usage cannot be read) is charged what its
-reservation held: the prompt and the whole output cap. That never undercharges. A count
-that is not a count (negative, a bool, a float) or past `MAX_REPORTED_TOKENS` makes the
-usage unreadable: a negative count credited the budget, and one past 2**63 overflowed
-SQLite's integers and failed the settlements committed with it.
+A response that reports no usage (or whose usage cannot be read, or, for completions and
+chat, does not count what it generated) is charged what its reservation held: the prompt
+and the whole output cap. That never undercharges. A count that is not a count (negative,
+a bool, a float) or past `MAX_REPORTED_TOKENS` makes the usage unreadable: a negative
+count credited the budget, and one past 2**63 overflowed SQLite's integers and failed the
+settlements committed with it.
 """
 
 from __future__ import annotations
@@ -37,13 +38,15 @@ def held_usage(prompt_tokens: int, max_tokens: int | None, choices: int) -> Usag
 
 def billed_usage(content: bytes, prompt_tokens: int, max_tokens: int | None, choices: int) -> Usage:
     """A successful non-streamed response's usage: as the upstream reports it, else what
-    the reservation held (never less than it could have generated)."""
-    reported = reported_usage(content)
+    the reservation held (never less than it could have generated). A request with an
+    output cap generates (completions, chat: the gateway always forwards one), so its
+    usage must say what it generated."""
+    reported = reported_usage(content, generates=max_tokens is not None)
     return reported if reported is not None else held_usage(prompt_tokens, max_tokens, choices)
 
 
-def reported_usage(content: bytes) -> Usage | None:
-    """The upstream's usage, when it reports one (prompt_tokens an int)."""
+def reported_usage(content: bytes, generates: bool = False) -> Usage | None:
+    """The upstream's usage, when it reports one (prompt_tokens an int; `usage_of`)."""
     usage: Any
     if len(content) > FULL_PARSE_MAX_BYTES:
         usage = _usage_from_the_end(content)
@@ -53,18 +56,20 @@ def reported_usage(content: bytes) -> Usage | None:
         except orjson.JSONDecodeError:
             return None
         usage = payload.get("usage") if isinstance(payload, dict) else None
-    return usage_of(usage)
+    return usage_of(usage, generates=generates)
 
 
-def usage_of(usage: object) -> Usage | None:
+def usage_of(usage: object, *, generates: bool) -> Usage | None:
     """A `usage` object's counts, or None when they cannot be trusted: `prompt_tokens`
-    must be a count; a missing or null `completion_tokens` (embeddings) is 0, an invalid
-    one makes the whole usage unreadable."""
+    must be a count, and so must `completion_tokens` for a request that `generates`
+    (completions, chat). Only where nothing is generated (embeddings, which OpenAI
+    reports without the key) is a missing or null one 0: taken for 0 on a completion, a
+    usage of `prompt_tokens` alone made every generated token free."""
     if not isinstance(usage, dict):
         return None
     prompt = _count(usage.get("prompt_tokens"))
     given = usage.get("completion_tokens")
-    completion = 0 if given is None else _count(given)
+    completion = 0 if given is None and not generates else _count(given)
     if prompt is None or completion is None:
         return None
     return Usage(prompt, completion)

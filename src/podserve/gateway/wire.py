@@ -65,6 +65,16 @@ UPSTREAM = b"x-podserve-gateway-upstream"
 REQUEST_ID = b"x-request-id"
 
 
+# orjson.loads reads up to 1024 levels of arrays and objects, but orjson.dumps stops at
+# 254 (the body's own object counted: a field nested 253 deep is re-encoded, 254 raises
+# "Recursion limit reached"). The gateway re-encodes every body it forwards
+# (`forwarded_body`), after its reservation: a pass-through field nested deeper was
+# admitted, then failed to re-encode (a 500, and the hold kept until its lease charged it
+# in full). Such a body is refused with the others that cannot be billed, before
+# admission. No request an upstream takes comes near it (a tool schema: tens of levels).
+MAX_NESTING_DEPTH = 254
+
+
 def parse_body(raw: bytes) -> dict[str, Any]:
     refused = too_many_values(raw)  # the pod's bound: such a body is not worth parsing
     if refused is not None:
@@ -75,7 +85,25 @@ def parse_body(raw: bytes) -> dict[str, Any]:
         raise BadRequest(f"request body is not JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
+    _refuse_too_deep(raw, body)
     return body
+
+
+def _refuse_too_deep(raw: bytes, body: dict[str, Any]) -> None:
+    """400 for a body `forwarded_body` could not re-encode: nested past MAX_NESTING_DEPTH.
+
+    A body's depth is at most the number of brackets that open a container, counted at C
+    speed (strings' brackets too: an over-count only costs the check below); past that,
+    the check is the re-encoding itself, also C: about a quarter of the parse's time."""
+    if raw.count(b"[") + raw.count(b"{") <= MAX_NESTING_DEPTH:
+        return
+    try:
+        orjson.dumps(body)
+    except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
+        raise BadRequest(
+            f"request body exceeds the nesting depth limit: at most {MAX_NESTING_DEPTH} "
+            f"levels of arrays and objects ({exc})"
+        ) from exc
 
 
 def _positive_int(body: dict[str, Any], field: str) -> int | None:
@@ -85,6 +113,31 @@ def _positive_int(body: dict[str, Any], field: str) -> int | None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise BadRequest(f"'{field}' must be a positive integer")
     return value
+
+
+def _choices_per_prompt(body: dict[str, Any]) -> int:
+    """The completions generated for each prompt: `n`, or `best_of` when larger (OpenAI's
+    legacy completions generate `best_of` server-side and bill every one; vLLM's older
+    releases take it on completions and chat)."""
+    n = _positive_int(body, "n") or 1
+    if n > MAX_CHOICES:
+        raise BadRequest(f"'n' must be at most {MAX_CHOICES}")
+    best_of = _positive_int(body, "best_of") or 1
+    if best_of > MAX_CHOICES:
+        raise BadRequest(f"'best_of' must be at most {MAX_CHOICES}")
+    return max(n, best_of)
+
+
+def _batch_choices(per_prompt: int, prompts: int) -> int:
+    """A batch's completions in all. Bounded as `n` is: the largest hold stays an exact
+    integer in the stores (config/gateway_fields.py, MAX_PRICE_PER_MILLION_USD)."""
+    choices = per_prompt * max(prompts, 1)
+    if choices > MAX_CHOICES:
+        raise BadRequest(
+            f"'prompt' holds {prompts} prompts of {per_prompt} completions each "
+            f"('n', 'best_of'): at most {MAX_CHOICES} completions a request"
+        )
+    return choices
 
 
 def billable(body: dict[str, Any], endpoint: Endpoint) -> Billable:
@@ -103,9 +156,7 @@ def billable(body: dict[str, Any], endpoint: Endpoint) -> Billable:
     if include_usage is not None and not isinstance(include_usage, bool):
         raise BadRequest("'stream_options.include_usage' must be a boolean")
     wants_usage = include_usage is True
-    choices = _positive_int(body, "n") or 1
-    if choices > MAX_CHOICES:
-        raise BadRequest(f"'n' must be at most {MAX_CHOICES}")
+    choices = _choices_per_prompt(body)
     cap_field = "max_tokens"
     max_tokens = _positive_int(body, "max_tokens")
     if endpoint is Endpoint.CHAT and body.get("max_completion_tokens") is not None:
@@ -128,9 +179,13 @@ def billable(body: dict[str, Any], endpoint: Endpoint) -> Billable:
         for message in messages:
             if not isinstance(message, dict):
                 raise BadRequest("each message must be an object")
-            text, parts = _content_text(message.get("content"))
+            text, parts, separators = _content_text(message.get("content"))
             texts.append(text)
             media += parts
+            layout += separators
+            role = message.get("role")
+            if not (isinstance(role, str) and role in _FRAMED_ROLES):
+                layout += _add_rendered(texts, role)
             rendered = {k: v for k, v in message.items() if k not in _MESSAGE_FRAME}
             if rendered:  # tool_calls and their arguments, name, tool_call_id, ...
                 layout += _add_rendered(texts, rendered)
@@ -144,15 +199,26 @@ def billable(body: dict[str, Any], endpoint: Endpoint) -> Billable:
         items = [value] if isinstance(value, str) else value
         if not isinstance(items, list) or not items:
             raise BadRequest(f"'{field}' must be a string or a non-empty list")
+        prompts = 0
         for item in items:
             if isinstance(item, str):
                 texts.append(item)
+                prompts += 1
             elif isinstance(item, int):
                 token_ids += 1
             elif isinstance(item, list) and all(isinstance(t, int) for t in item):
                 token_ids += len(item)
+                prompts += 1
             else:
                 raise BadRequest(f"'{field}' items must be strings or token ids")
+        if endpoint is Endpoint.COMPLETIONS:
+            # A list of strings or of id lists is a batch: an OpenAI-compatible server
+            # generates every choice for each prompt (vLLM: one engine request per prompt,
+            # each with `n` outputs, choice index `prompt_idx * n + index`, in
+            # vllm/entrypoints/openai/completion/serving.py; OpenAI's legacy completions
+            # the same). A flat list of ids is one prompt. Each prompt is counted above.
+            prompts += any(isinstance(item, int) for item in items)
+            choices = _batch_choices(choices, prompts)
     return Billable(
         model,
         endpoint,
@@ -175,6 +241,11 @@ def billable(body: dict[str, Any], endpoint: Endpoint) -> Billable:
 # the template; a 2 KB tool schema is hundreds of tokens on every request. Counted, the
 # hold covers them; left out, a request's usage could exceed its hold and the budget.
 _MESSAGE_FRAME = frozenset({"role", "content"})  # the content is counted on its own
+# Roles whose markers `tokens.CHAT_OVERHEAD_PER_MESSAGE` covers (the pod takes these
+# only). vLLM takes any string ("Enables custom roles": CustomChatCompletionMessageParam,
+# vllm/entrypoints/chat_utils.py) and templates print it (`<|im_start|>{role}`), so any
+# other role is counted as text: 800 characters of role were 400 tokens outside the hold.
+_FRAMED_ROLES = frozenset({"system", "user", "assistant", "developer", "tool", "function"})
 _RENDERED_FIELDS = ("tools", "functions", "documents", "chat_template_kwargs", "tool_choice")
 # Templates print this JSON pretty (`tojson(indent=4)` in Llama 3.1's): counted as orjson
 # renders it with 2-space indentation, plus 2 tokens a line for the deeper indentation
@@ -198,12 +269,30 @@ def _add_rendered(texts: list[str], value: object) -> int:
     return _LAYOUT_TOKENS_PER_LINE * text.count("\n")
 
 
-def _content_text(content: object) -> tuple[str, int]:
-    """A message content's text, and how many of its parts are not text (an image's
-    tokens are the model's to say: `prices.<model>.mediaPartTokens`; its URL or base64
-    says nothing of them)."""
+# Content parts a server reads as text, and the field holding it (vLLM's MM_PARSER_MAP,
+# vllm/entrypoints/chat_utils.py); any other part is media (`mediaPartTokens`).
+_TEXT_PARTS = {
+    "text": "text",
+    "input_text": "text",
+    "output_text": "text",
+    "refusal": "refusal",
+    "thinking": "thinking",
+    "tool_reference": "name",
+}
+
+
+def _content_text(content: object) -> tuple[str, int, int]:
+    """A message content's text, how many of its parts are not text (an image's tokens
+    are the model's to say: `prices.<model>.mediaPartTokens`; its URL or base64 says
+    nothing of them), and the tokens to add for the joins between parts.
+
+    Parts are joined as vLLM joins them, with "\n" (`text_prompt = "\n".join(texts)` in
+    `_parse_chat_message_content_parts`, media placeholders too): joined with "" (as
+    before, and as the pod does) 200 parts of "ab" were held at half what vLLM billed.
+    One token a join on top covers the pod's "" join, where the words either side of a
+    join may merge into a token sequence one longer than the two apart."""
     if content is None or isinstance(content, str):
-        return content or "", 0
+        return content or "", 0, 0
     if isinstance(content, list):
         texts: list[str] = []
         media = 0
@@ -212,11 +301,13 @@ def _content_text(content: object) -> tuple[str, int]:
                 raise BadRequest(
                     "each part of a message 'content' list must be an object with a 'type'"
                 )
-            if part["type"] == "text":
-                texts.append(str(part.get("text", "")))
-            else:
+            field = _TEXT_PARTS.get(part["type"])
+            if field is None:
                 media += 1
-        return "".join(texts), media
+            else:
+                value = part.get(field)
+                texts.append(value if isinstance(value, str) else str(value or ""))
+        return "\n".join(texts), media, max(len(content) - 1, 0)
     raise BadRequest("message 'content' must be a string, a list of parts, or null")
 
 

@@ -158,6 +158,12 @@ class Store(Protocol):
         """False when the reservation is gone (its lease expired and it was charged)."""
         ...
 
+    async def renew_leases(self, reservation_ids: list[str], lease_until: float) -> int:
+        """Move the lease of each of these reservations that is still open to
+        `lease_until` (their requests are in flight on this replica: gateway/leases.py);
+        how many were open. A settled or expired one is left gone."""
+        ...
+
     async def expire_leases(self, now_wall_s: float) -> int:
         """Charge every reservation whose lease ran out in full; how many there were."""
         ...

@@ -30,7 +30,7 @@ from podserve.gateway.budget import (
     Grant,
     Refusal,
     RefusalReason,
-    budget_retry_after_s,
+    budget_refusal,
     tpm_refusal,
 )
 from podserve.gateway.store.base import HELD, Hold
@@ -72,7 +72,12 @@ for i = 1, ns do
     local m
     if room < 0 then m = -1 elseif outn == 0 then m = maxn else m = math.floor(room / outn) end
     n = math.min(n, m)
-    if n < minn then return {'budget', i, r} end
+    if n < minn then
+      -- would it fit were every outstanding hold settled at nothing? (budget.grant)
+      local room0 = (tonumber(limit) - c) * 1000 - prompt * inn
+      local fits = room0 >= 0 and (outn == 0 or math.floor(room0 / outn) >= minn)
+      return {'budget', i, r, fits and 1 or 0}
+    end
   end
 end
 local amount = math.ceil((prompt * inn + n * outn) / 1000)
@@ -243,14 +248,8 @@ def verdict(hold: Hold, reply: list[Any]) -> Grant | Refusal:
     if kind == "tpm":
         w = hold.tpm[index]
         return tpm_refusal(w.name, w.resets_in_s, int(reply[2]))
-    pending = int(reply[2]) > 0  # as budget.grant decides it
     scope = hold.scopes[index]
-    return Refusal(
-        RefusalReason.BUDGET,
-        scope.name,
-        budget_retry_after_s(scope.refills_in_s, pending),
-        pending,
-    )
+    return budget_refusal(scope.name, scope.refills_in_s, int(reply[2]), int(reply[3]) == 1)
 
 
 # The scripts spell the suffix themselves (Lua, not Python formatting: their braces).

@@ -333,6 +333,22 @@ class RedisPostgresStore:
             raise StoreUnavailable(f"redis: {exc}") from exc
         return bool(done)
 
+    async def renew_leases(self, reservation_ids: list[str], lease_until: float) -> int:
+        # One ZADD XX for the batch: XX updates members only, so a hold that settled or
+        # expired meanwhile (its member removed in the same script) is not brought back.
+        # The hash has no lease of its own: EXPIRE reads the sorted set alone.
+        renewed = self._unheld.renew(reservation_ids, lease_until)
+        held = [rid for rid in reservation_ids if rid not in self._unheld]
+        if not held:
+            return renewed
+        try:
+            changed = await self._redis.zadd(
+                self._leases, dict.fromkeys(held, lease_until), xx=True, ch=True
+            )
+        except REDIS_ERRORS as exc:
+            raise StoreUnavailable(f"redis: {exc}") from exc
+        return renewed + int(changed or 0)
+
     async def expire_leases(self, now_wall_s: float) -> int:
         due = self._unheld.due(now_wall_s)
         if due:  # charged their amount, 0, as EXPIRE charges a hash's

@@ -22,7 +22,7 @@ the other replicas still charge a crashed one's in full.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from podserve.gateway.budget import Usage
 from podserve.gateway.store.base import Hold, Labels, Outcome, Settlement
@@ -121,6 +121,19 @@ class UnheldHolds:
         settlement or the next sweep writes it. If the RPUSH did land, the writer's
         `ON CONFLICT (reservation_id) DO NOTHING` keeps the first row."""
         self._open.update(holds)
+
+    def __contains__(self, reservation_id: object) -> bool:
+        return reservation_id in self._open
+
+    def renew(self, reservation_ids: list[str], lease_until: float) -> int:
+        """Move these holds' leases (those kept here) to `lease_until`; how many."""
+        renewed = 0
+        for rid in reservation_ids:
+            held = self._open.get(rid)
+            if held is not None:
+                self._open[rid] = replace(held, lease_until=lease_until)
+                renewed += 1
+        return renewed
 
     def due(self, now_wall_s: float) -> list[tuple[str, Unheld]]:
         """The holds whose lease ran out, removed."""

@@ -44,6 +44,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -60,7 +61,13 @@ from podserve.gateway.store.base import (
     StoreUnavailable,
     spend_sql,
 )
-from podserve.gateway.store.sqlite_ops import Open, Tx, reserve_without_sql, write_ledger
+from podserve.gateway.store.sqlite_ops import (
+    Open,
+    Tx,
+    marks,
+    reserve_without_sql,
+    write_ledger,
+)
 from podserve.gateway.store.sqlite_ops import reserve as reserve_in
 from podserve.gateway.store.sqlite_ops import settle as settle_in
 
@@ -285,6 +292,25 @@ class SqliteStore:
 
     async def settle(self, settlement: Settlement) -> bool:
         return await self._queued(lambda tx: settle_in(tx, settlement))
+
+    async def renew_leases(self, reservation_ids: list[str], lease_until: float) -> int:
+        # One statement per batch (leases.BATCH ids), inside one transaction; the holds
+        # of nothing are renewed in memory, where they are kept.
+        renewed = 0
+        with self._tx() as tx:
+            if reservation_ids:
+                cur = tx.db.execute(
+                    f"UPDATE reservations SET lease_until = ? "
+                    f"WHERE id IN ({marks(reservation_ids)})",
+                    (lease_until, *reservation_ids),
+                )
+                renewed = cur.rowcount
+        for rid in reservation_ids:
+            held = self._unheld.get(rid)
+            if held is not None:
+                self._unheld[rid] = replace(held, lease_until=lease_until)
+                renewed += 1
+        return renewed
 
     async def expire_leases(self, now_wall_s: float) -> int:
         with self._tx() as tx:
