@@ -239,6 +239,33 @@ class ServerSettings(BaseSettings):
         description="Open HTTP connections at most; one more is answered 503 (JSON, "
         "Retry-After) and closed before anything is read from it.",
     )
+    # gRPC connection bounds (server/grpc/limits.py), aligned with the HTTP ones above;
+    # a gRPC connection sending nothing is closed after `header_timeout_s` as well.
+    grpc_max_connections: int = Field(
+        4096,
+        ge=1,
+        description="Open gRPC connections at most (at most a quarter of the process's "
+        "descriptor limit); one more is closed as soon as it is accepted, and the client "
+        "sees UNAVAILABLE.",
+    )
+    grpc_idle_timeout_s: float = Field(
+        75.0,
+        gt=0,
+        description="Time a gRPC connection may have no call open before the server sends "
+        "GOAWAY and closes it; clients reconnect on their next call.",
+    )
+    grpc_max_concurrent_streams: int = Field(
+        256,
+        ge=1,
+        description="Calls open at once on one gRPC connection (HTTP/2 "
+        "SETTINGS_MAX_CONCURRENT_STREAMS); a client past it waits for a stream.",
+    )
+    grpc_max_concurrent_rpcs: int = Field(
+        4096,
+        ge=1,
+        description="gRPC calls open at once on the server, an open ModelStreamInfer "
+        "stream counting one; one more is answered RESOURCE_EXHAUSTED.",
+    )
 
     @field_validator("models", mode="before")
     @classmethod

@@ -106,6 +106,7 @@ async def serve(
     grpc_server = None
     grpc_port: int | None = None
     if settings.grpc_port >= 0:
+        from podserve.server.grpc.limits import GrpcLimits
         from podserve.server.grpc.server import start_grpc_server
 
         try:
@@ -116,6 +117,7 @@ async def serve(
                 max_message_bytes=settings.max_body_bytes,
                 inflight=app.inflight,  # one registry: a drain timeout cuts both edges' calls
                 decoding=app.decoding,  # one decoding thread for both edges
+                limits=GrpcLimits.from_settings(settings),
             )
         except OSError as exc:
             sock.close()

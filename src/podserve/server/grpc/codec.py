@@ -146,7 +146,11 @@ def _chunked(values: Iterable[Any], dtype: np.dtype[Any], count: int) -> npt.NDA
 
 
 def _decode_contents(
-    contents: pb.InferTensorContents, datatype: Datatype, shape: tuple[int, ...], name: str
+    contents: pb.InferTensorContents,
+    datatype: Datatype,
+    shape: tuple[int, ...],
+    name: str,
+    budget: BytesBudget,
 ) -> Any:
     count = math.prod(shape)
     field = _CONTENTS_FIELD.get(datatype)
@@ -172,6 +176,12 @@ def _decode_contents(
             f"shape {list(shape)} needs {count}"
         )
     if datatype is Datatype.BYTES:
+        # The request's one BYTES bound, as for raw and shared-memory inputs, spent before
+        # a Python object is made of an element: protobuf parsed them all already, but
+        # each still becomes an array entry (1,048,576 of them in all, protocol/v2/raw.py).
+        # Passed as data of 4 bytes an element, the length prefix raw data has, so the
+        # count alone decides.
+        budget.take(name, shape, count, count * 4)
         return _chunked(values, np.dtype(object), count).reshape(shape)
     wide = _chunked(values, _CONTENTS_WIDE_DTYPE[field], count)
     want = datatype.numpy_dtype
@@ -243,7 +253,7 @@ def decode_infer_request(
     raw_index = 0
     tensors: list[Tensor] = []
     seen: set[str] = set()
-    # BYTES elements of all raw and shared-memory inputs together, as on REST (decode.py):
+    # BYTES elements of all inputs together (raw, typed and shared-memory), as on REST:
     # per tensor, a request of many inputs could hold the bound's memory many times over.
     budget = BytesBudget()
     for index, (item, name, params, ref) in enumerate(staged):
@@ -274,7 +284,7 @@ def decode_infer_request(
             data = decode_tensor(name, datatype, shape, raw_contents[raw_index], budget)
             raw_index += 1
         else:
-            data = _decode_contents(item.contents, datatype, shape, name)
+            data = _decode_contents(item.contents, datatype, shape, name, budget)
         tensors.append(Tensor(name=name, datatype=datatype, data=data, parameters=params))
 
     outputs: list[RequestedOutput] = []
@@ -319,14 +329,18 @@ def _from_region(
 
 
 def encode_infer_response(
-    response: InferResponse, *, request_id: str | None
+    response: InferResponse, *, request_id: str | None, message_id: str = ""
 ) -> pb.ModelInferResponse:
     """A ModelInferResponse with every output in raw_output_contents, in output order.
-    The response's own id wins; otherwise the request's id is echoed."""
+    Its id is the request message's `message_id`, verbatim, when it has one: Triton and
+    the REST edge echo a request's `id` as it came, and a client matches answers by it
+    (an id over 128 characters or with a tab was replaced by a random one, though only
+    on success). `request_id`, the id the edge accepted for logs and trailers
+    (core/ids.py), otherwise; the response's own id first, when it has one."""
     msg = pb.ModelInferResponse(
         model_name=response.model_name,
         model_version=response.model_version or "",
-        id=response.id or request_id or "",
+        id=message_id or response.id or request_id or "",
     )
     if response.parameters:
         encode_parameters(response.parameters, msg.parameters)

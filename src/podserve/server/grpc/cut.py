@@ -81,7 +81,7 @@ class CuttableServicer(InferenceServicer):
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         call = _Call.register(self._inflight)
         self._streams.add(call)
-        models: list[str] = []  # for the log line: the models asked on this stream
+        models: dict[str, None] = {}  # for the log line: the models asked on this stream
 
         async def noted() -> AsyncIterator[bytes]:
             async for message in messages:

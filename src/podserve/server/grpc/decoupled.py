@@ -32,10 +32,11 @@ def mark_final(reply: pb.ModelStreamInferResponse, final: bool) -> pb.ModelStrea
 
 
 async def generation_replies(
-    dataplane: DataPlaneAPI, request: InferRequest, call: CallContext
+    dataplane: DataPlaneAPI, request: InferRequest, call: CallContext, message_id: str = ""
 ) -> AsyncIterator[pb.ModelStreamInferResponse]:
     """The responses to one text-generation request; raises (before or between
-    responses) only `core.errors` exceptions, which the stream answers in band."""
+    responses) only `core.errors` exceptions, which the stream answers in band. Each
+    carries the request message's `message_id` verbatim (codec.py `encode_infer_response`)."""
     text_request = decode_text_request(request)
     sampling = SamplingParams.from_fields(
         text_request.parameters, max_tokens=text_request.parameters.max_tokens
@@ -55,7 +56,9 @@ async def generation_replies(
     def reply(text: str, final: bool) -> pb.ModelStreamInferResponse:
         response = text_response(request, generation.version, text, {})
         message = pb.ModelStreamInferResponse(
-            infer_response=encode_infer_response(response, request_id=request.id)
+            infer_response=encode_infer_response(
+                response, request_id=request.id, message_id=message_id
+            )
         )
         return mark_final(message, final)
 

@@ -14,7 +14,13 @@ with an in-band `error_message` and goes on, and a message over the decoding's i
 size is parsed on the decoding thread, as a big REST body is decoded (protobuf's parser
 holds the GIL, so the loop still waits out the parse itself: `service.py` has numbers).
 The other methods' messages are small and parsed here, on the loop, by `_parsing`, which
-ends the call INVALID_ARGUMENT the same way.
+ends the call INVALID_ARGUMENT the same way. Each is at most `CONTROL_BODY_BYTES` (64
+KiB, the bound of REST's control bodies, server/http.py), checked on its length before
+it is parsed: they are a few dozen bytes, and under the request limit alone a
+RepositoryModelLoad of 30 M empty parameter entries (60 MB) held the loop 3 s in
+protobuf's parser, a ServerLive with 60 MB of unknown fields 0.5 s. Past it the call
+ends RESOURCE_EXHAUSTED, the code of a message over gRPC's own receive limit, naming the
+limit.
 """
 
 from __future__ import annotations
@@ -27,10 +33,11 @@ from google.protobuf.descriptor import MethodDescriptor
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.message_factory import GetMessageClass
 
-from podserve.core.errors import InvalidInput
+from podserve.core.errors import InvalidInput, PayloadTooLarge
 from podserve.server.grpc._generated import inference_pb2 as pb
 from podserve.server.grpc.context import Context
 from podserve.server.grpc.status import abort_with_status
+from podserve.server.http import CONTROL_BODY_BYTES
 
 M = TypeVar("M", bound=Message)
 
@@ -87,12 +94,18 @@ def _handler(servicer: object, method: MethodDescriptor) -> grpc.RpcMethodHandle
 def _parsing(
     behaviour: Callable[[Any, Context], Awaitable[Any]], message_class: type[Message], name: str
 ) -> Callable[[bytes, Context], Awaitable[Any]]:
-    """`behaviour` called with the parsed message; INVALID_ARGUMENT when it cannot be."""
+    """`behaviour` called with the parsed message; INVALID_ARGUMENT when it cannot be
+    parsed, RESOURCE_EXHAUSTED when it is over `CONTROL_BODY_BYTES`."""
 
     async def handle(data: bytes, context: Context) -> Any:
         try:
+            if len(data) > CONTROL_BODY_BYTES:
+                raise PayloadTooLarge(
+                    f"a {name} request message is at most {CONTROL_BODY_BYTES} bytes, "
+                    f"got {len(data)}"
+                )
             request = parse_message(message_class, data)
-        except InvalidInput as exc:
+        except (InvalidInput, PayloadTooLarge) as exc:
             await abort_with_status(context, exc, name, None)
         return await behaviour(request, context)
 

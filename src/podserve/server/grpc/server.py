@@ -11,6 +11,7 @@ from podserve.httpedge.decoding import BodyDecoding
 from podserve.server.cut import InflightRequests
 from podserve.server.grpc.cut import CuttableServicer
 from podserve.server.grpc.handlers import add_inference_service
+from podserve.server.grpc.limits import GrpcLimits
 from podserve.server.grpc.service import InferenceServicer
 
 # The servicer of each server that can end its open streams when it stops.
@@ -38,6 +39,7 @@ async def start_grpc_server(
     max_message_bytes: int,
     inflight: InflightRequests | None = None,
     decoding: BodyDecoding | None = None,
+    limits: GrpcLimits | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """Serve the data plane over gRPC on host:port and return the server and its bound
     port (port 0 picks a free one). Raises OSError when the address cannot be bound.
@@ -53,15 +55,15 @@ async def start_grpc_server(
     calls register there, and a drain timeout's `inflight.cut()` ends each UNAVAILABLE
     (server/grpc/cut.py). `decoding`: where a big request's tensors are decoded (the
     process's, shared with the REST edge; a thread of the server's own when not given).
+    `limits`: connections, streams, calls and compression (server/grpc/limits.py; the
+    settings' defaults when not given).
     """
     if max_message_bytes <= 0:
         raise ValueError(f"max_message_bytes must be positive, got {max_message_bytes}")
+    limits = limits or GrpcLimits()
     server = grpc.aio.server(
-        options=[
-            ("grpc.max_receive_message_length", max_message_bytes),
-            ("grpc.max_send_message_length", -1),
-            ("grpc.so_reuseport", 0),
-        ]
+        options=limits.channel_options(max_message_bytes),
+        maximum_concurrent_rpcs=limits.max_concurrent_rpcs,
     )
     if decoding is None:
         decoding = _OWN_DECODING[server] = BodyDecoding("podserve-grpc-decode")

@@ -149,6 +149,8 @@ class InferenceServicer(SharedMemoryRpcs, StreamInferRpc):
             # request let by holds a queue slot until `infer` queues it, as on REST
             # (admission/reservations.py): no refusal after a decode.
             reservation = dataplane.admit_early(request.model_name, request.model_version or None)
+            if reservation is None:  # no tensor queue: maybe a generative model
+                _refuse_generative(dataplane, request)
             # Typed contents become arrays element by element: 64 MiB of them held the
             # loop 0.6 s (FP32) to 2 s (BYTES).
             infer_request = await self._decoding.run(
@@ -161,7 +163,7 @@ class InferenceServicer(SharedMemoryRpcs, StreamInferRpc):
             response = await dataplane.infer(
                 infer_request, call_context(context, INFER_ENDPOINT, request_id, reservation)
             )
-            return encode_infer_response(response, request_id=request_id)
+            return encode_infer_response(response, request_id=request_id, message_id=request.id)
         except Exception as exc:  # every error must become a status, counted by its code
             code = request_code(exc)
             if request_id is None:  # the message could not be parsed: its id is unknown
@@ -245,3 +247,16 @@ def _check_repository_name(name: str) -> None:
 def _check_model_name(name: str) -> None:
     if not name:
         raise InvalidInput("model_name is required")
+
+
+def _refuse_generative(dataplane: DataPlaneAPI, request: pb.ModelInferRequest) -> None:
+    """A generative model answers a unary ModelInfer with gRPC's way to it: the data
+    plane's own refusal names only the HTTP routes."""
+    name = request.model_name
+    if dataplane.is_generative(name, request.model_version or None):
+        raise InvalidInput(
+            f"model {name!r} generates text: on gRPC send its request (the vLLM backend's "
+            f"tensors: text_input, stream) on ModelStreamInfer, which answers as it "
+            f"generates; over HTTP use /v1/completions, /v1/chat/completions or "
+            f"/v2/models/{name}/generate"
+        )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import NoReturn
@@ -78,6 +79,7 @@ def status_for(error: BaseException, request_id: str | None = None) -> GrpcStatu
     - InferenceFailed, ModelLoadFailed, any other PodserveError -> INTERNAL with its message.
     - Anything else -> INTERNAL with a generic message; the caller logs the exception.
     Every error carries `x-request-id` in trailing metadata when the request had one.
+    The details are `bounded_details` of the error's message.
     """
     metadata: tuple[tuple[str, str], ...] = (("x-request-id", request_id),) if request_id else ()
     if not isinstance(error, PodserveError):
@@ -89,7 +91,38 @@ def status_for(error: BaseException, request_id: str | None = None) -> GrpcStatu
             break
     if isinstance(error, Unavailable):
         metadata += (("retry-after", retry_after_header(error.retry_after_s)),)
-    return GrpcStatus(code, error.message, metadata)
+    return GrpcStatus(code, bounded_details(error.message), metadata)
+
+
+# Status details travel in the `grpc-message` trailer, percent-encoded: each byte outside
+# printable ASCII (and `%`) becomes three ("%XX", doc/PROTOCOL-HTTP2.md in grpc/grpc).
+# A client refuses trailers over its hard metadata limit, 16 KiB by default
+# (GRPC_ARG_ABSOLUTE_MAX_METADATA_SIZE, include/grpc/impl/channel_arg_names.h), and
+# randomly some over the soft 8 KiB one: a message naming a 1 MB model name reached the
+# client as RESOURCE_EXHAUSTED "Stream removed (received metadata size exceeds hard
+# limit)" instead of NOT_FOUND. Client strings quoted in messages are cut, and the
+# whole kept under `MAX_DETAILS_BYTES` encoded, far from both limits.
+MAX_DETAILS_BYTES = 2048
+_KEPT_CHARS = 200  # of one long client string (a run of non-space characters)
+_LONG_RUN = re.compile(rf"\S{{{_KEPT_CHARS + 1},}}")
+
+
+def bounded_details(message: str) -> str:
+    """`message` with each run of more than 200 non-space characters (a client's model
+    name, input name, datatype...) cut to its first 200, an ellipsis and its length,
+    and the whole cut to `MAX_DETAILS_BYTES` as the `grpc-message` trailer encodes it."""
+    message = _LONG_RUN.sub(_shortened, message)
+    budget = MAX_DETAILS_BYTES - 64  # room for the note of what was cut
+    for index, char in enumerate(message):  # stops within ~2,000 characters
+        budget -= 1 if " " <= char <= "~" and char != "%" else 3 * len(char.encode())
+        if budget < 0:
+            return f"{message[:index]}... ({len(message) - index} more characters)"
+    return message
+
+
+def _shortened(run: re.Match[str]) -> str:
+    text = run[0]
+    return f"{text[:_KEPT_CHARS]}... ({len(text)} characters)"
 
 
 @contextlib.asynccontextmanager

@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 
 # The `endpoint` label the data plane records for streamed gRPC inference.
 STREAM_INFER_ENDPOINT = "grpc.ModelStreamInfer"
+# Models a stream notes for the drain's log line, at most (`_stream_infer`'s `models`).
+MAX_NOTED_MODELS = 16
 
 
 class StreamInferRpc:
@@ -40,7 +42,7 @@ class StreamInferRpc:
         self,
         messages: AsyncIterator[bytes],
         context: Context,
-        models: list[str] | None = None,
+        models: dict[str, None] | None = None,
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Triton's streaming extension. Requests run concurrently, as they arrive, and
         each is answered on the stream when it completes (clients match responses by
@@ -52,7 +54,9 @@ class StreamInferRpc:
         `triton_final_response`. When the client closes its side, the stream ends after
         the last answer; when the client leaves, its requests leave the data plane as a
         disconnected REST or unary call's do. `models`, when given, collects the models
-        the stream's requests ask for, in the order first asked."""
+        the stream's requests ask for, in the order first asked: only models the server
+        knows (admitted), and at most `MAX_NOTED_MODELS`, so that a stream naming
+        20,000 made-up models neither grows it nor scans it for each."""
         answers: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
         running: set[asyncio.Task[None]] = set()
         stream_request_id = metadata_value(context, "x-request-id")
@@ -64,8 +68,6 @@ class StreamInferRpc:
             try:
                 # A big message is parsed on the decoding thread (server/grpc/service.py).
                 request = await self._decoding.run(len(message), parse_infer_request, message)
-                if models is not None and request.model_name not in models:
-                    models.append(request.model_name)
                 await respond(request, len(message))
                 code = "200"
             except asyncio.CancelledError as exc:
@@ -84,25 +86,37 @@ class StreamInferRpc:
 
         async def respond(request: pb.ModelInferRequest, size_bytes: int) -> None:
             """Answer a parsed request on the stream; raise what it fails with."""
+            dataplane = self._dataplane
             request_id = accept_request_id(request.id or stream_request_id)
-            infer_request = await self._decoding.run(
-                size_bytes,
-                decode_infer_request,
-                request,
-                request_id=request_id,
-                shared_memory=self._dataplane.shared_memory,
-            )
-            call = call_context(context, STREAM_INFER_ENDPOINT, request_id)
-            if asks_for_generation(infer_request) and self._dataplane.is_generative(
-                infer_request.model_name, infer_request.model_version
-            ):
-                async for partial in generation_replies(self._dataplane, infer_request, call):
-                    answers.put_nowait(partial)
-                return
-            response = await self._dataplane.infer(infer_request, call)
-            reply = pb.ModelStreamInferResponse(
-                infer_response=encode_infer_response(response, request_id=request_id)
-            )
+            # As the unary call (server/grpc/service.py): a full queue, a drain or an
+            # unknown model refuses before the tensors are decoded, and a request let by
+            # holds a queue slot while they are. Before, a full queue refused a stream's
+            # request only after its decode.
+            reservation = dataplane.admit_early(request.model_name, request.model_version or None)
+            try:
+                if models is not None and len(models) < MAX_NOTED_MODELS:
+                    models[request.model_name] = None  # admitted: a model the server knows
+                infer_request = await self._decoding.run(
+                    size_bytes,
+                    decode_infer_request,
+                    request,
+                    request_id=request_id,
+                    shared_memory=dataplane.shared_memory,
+                )
+                call = call_context(context, STREAM_INFER_ENDPOINT, request_id, reservation)
+                if asks_for_generation(infer_request) and dataplane.is_generative(
+                    infer_request.model_name, infer_request.model_version
+                ):
+                    replies = generation_replies(dataplane, infer_request, call, request.id)
+                    async for partial in replies:
+                        answers.put_nowait(partial)
+                    return
+                response = await dataplane.infer(infer_request, call)
+            finally:
+                if reservation is not None:  # a decode error or a cancel: give the slot back
+                    reservation.release()
+            encoded = encode_infer_response(response, request_id=request_id, message_id=request.id)
+            reply = pb.ModelStreamInferResponse(infer_response=encoded)
             answers.put_nowait(mark_final(reply, True))
 
         async def read_requests() -> None:
