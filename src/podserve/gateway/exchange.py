@@ -21,7 +21,6 @@ out):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
@@ -86,19 +85,34 @@ async def settle_failed(gw: Gateway, ex: Exchange, exc: BaseException) -> None:
 
 async def unless_gone(watch: ClientWatch, work: Awaitable[T]) -> T:
     """`work`'s result, unless the client leaves first: then `work` is cancelled (an
-    upstream call closes its connection) and ClientGone raised."""
-    task = asyncio.ensure_future(work)
+    upstream call closes its connection) and ClientGone raised.
+
+    `work` runs in the caller's task, which the watch cancels if it fires: every request
+    passes here twice (the upstream call, the answer's read), and a task of its own plus
+    an `asyncio.wait` for each cost the hot path two tasks and their wake-ups."""
+    current = asyncio.current_task()
+    assert current is not None  # called from a request's task
     gone = watch.gone()
+    fired = False
+    waiting = True  # a callback already scheduled when `work` ends must not cancel later work
+
+    def cancel_work(_: object) -> None:
+        nonlocal fired
+        if waiting and watch.left:
+            fired = True
+            current.cancel()
+
+    gone.add_done_callback(cancel_work)
     try:
-        await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
+        return await work
+    except BaseException:
+        if fired:  # cancelled for the client, or failed as its cancel cut the upstream
+            current.uncancel()
+            raise ClientGone from None
+        raise
     finally:
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, *UPSTREAM_ERRORS):
-                await task
-    if task.cancelled():
-        raise ClientGone
-    return task.result()
+        waiting = False
+        gone.remove_done_callback(cancel_work)
 
 
 async def unary_reply(
