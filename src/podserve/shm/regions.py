@@ -44,12 +44,12 @@ from __future__ import annotations
 
 import mmap
 import os
-import resource
 import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from podserve.core.descriptors import within_descriptor_share
 from podserve.core.errors import AlreadyExists, InvalidInput, NotFound
 
 # Where Linux's shm_open keeps its objects (glibc: SHM_DIR, a tmpfs).
@@ -61,10 +61,7 @@ MAX_REGIONS = 1024
 
 def default_max_regions() -> int:
     """`MAX_REGIONS`, or a quarter of the soft descriptor limit when that is lower."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return MAX_REGIONS
-    return max(1, min(MAX_REGIONS, soft // 4))
+    return within_descriptor_share(MAX_REGIONS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,11 +45,11 @@ Responses are not compressed either (the server's default algorithm is none).
 
 from __future__ import annotations
 
-import resource
 from dataclasses import dataclass
 from typing import Any
 
 from podserve.config.settings import ServerSettings
+from podserve.core.descriptors import within_descriptor_share
 
 # grpc core's compression algorithm bits (include/grpc/impl/compression_types.h:
 # GRPC_COMPRESS_NONE = 0, so its bit is 1 << 0): identity only.
@@ -78,10 +78,7 @@ class GrpcLimits:
 
     def connections(self) -> int:
         """`max_connections`, or a quarter of the soft descriptor limit when lower."""
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft == resource.RLIM_INFINITY:
-            return self.max_connections
-        return max(1, min(self.max_connections, soft // 4))
+        return within_descriptor_share(self.max_connections)
 
     def channel_options(self, max_message_bytes: int) -> list[tuple[str, Any]]:
         """grpc.aio.server's `options` for these bounds and a request limit."""
